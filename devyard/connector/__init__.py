@@ -1,0 +1,1 @@
+"""The tunnel connector that runs inside a customer network."""

@@ -1,0 +1,1 @@
+"""The multiplexing core: yamux-compatible framing, the trio session, transports and helpers."""

@@ -1,0 +1,1 @@
+"""The host daemon: link to the edge, instance supervisor and device drivers."""

@@ -1,0 +1,1 @@
+"""The devyard server: control API, edge and store."""
