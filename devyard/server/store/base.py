@@ -1,0 +1,269 @@
+"""The store interface: record types and the `Store` protocol every backend implements.
+
+Everything above the store (the API, `devyard up`, the admin commands) codes against this
+module only; the backends (`sqlite`, `postgres`) and the SQL live beside it.
+
+Conventions, the same for every method:
+
+- Ids are strings ``<kind>_<26 chars>`` made by `devyard.server.store.ids.new_id`; they sort
+  by creation time. Timestamps are timezone-aware UTC `datetime`s set by the store's clock.
+- Lookups that find nothing raise `errors.NotFound`; a write that would break a uniqueness
+  rule raises `errors.Conflict`; an unreachable database raises `errors.StoreUnavailable`.
+  The store never returns ``None`` for "missing".
+- Methods that take an ``org_id`` next to another id act only inside that organization: an
+  id from another organization is `NotFound`, which is what the API answers (404, not 403).
+- No method receives or returns a plaintext secret. API keys arrive as a lookup id and a hash
+  made by `devyard.server.store.tokens`; only `get_api_key_by_lookup` returns the hash.
+- Every method is a trio checkpoint and honours cancellation: a cancelled call stops its
+  query on the database server (see `threads.py`).
+
+Regions and plans are not stored: they are deployment configuration and a static catalog,
+owned by the server config (see docs/store.md).
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+from typing import Final, Protocol
+
+import attrs
+
+__all__ = [
+    "UNSET",
+    "Affiliation",
+    "ApiKey",
+    "ApiKeyCredential",
+    "Feedback",
+    "FeedbackKind",
+    "Member",
+    "Membership",
+    "Organization",
+    "OrganizationSettings",
+    "Role",
+    "Store",
+    "Unset",
+    "User",
+]
+
+
+class Unset(enum.Enum):
+    """Type of `UNSET`: "leave this field as it is" where ``None`` is a real value."""
+
+    UNSET = "UNSET"
+
+
+UNSET: Final = Unset.UNSET
+
+
+class Role(enum.StrEnum):
+    """A user's role in one organization."""
+
+    ADMIN = "admin"  # manages the organization, its members, keys and tunnels
+    MEMBER = "member"  # uses devices, names tunnels when creating instances
+    VIEWER = "viewer"  # reads only
+
+
+class FeedbackKind(enum.StrEnum):
+    FEEDBACK = "feedback"  # POST /feedback, anonymous allowed
+    SUPPORT = "support"  # POST /organizations/{id}/support
+
+
+@attrs.frozen
+class OrganizationSettings:
+    """Per-organization settings. A new setting is a new field with a default plus a
+    migration adding its column."""
+
+    inactivity_timeout_s: int = 600
+    iphone_duo_enabled: bool = False
+
+
+@attrs.frozen
+class Organization:
+    id: str
+    name: str
+    created_at: datetime
+    settings: OrganizationSettings = OrganizationSettings()
+
+
+@attrs.frozen
+class User:
+    id: str
+    name: str  # unique; the key of /users/{userName}
+    email: str | None  # unique when set
+    created_at: datetime
+
+
+@attrs.frozen
+class Membership:
+    org_id: str
+    user_id: str
+    role: Role
+    created_at: datetime
+
+
+@attrs.frozen
+class Member:
+    """A user of an organization, as listed for that organization."""
+
+    user: User
+    role: Role
+
+
+@attrs.frozen
+class Affiliation:
+    """An organization a user belongs to, as listed for that user."""
+
+    organization: Organization
+    role: Role
+
+
+@attrs.frozen
+class ApiKey:
+    """An API key's metadata. Never holds the secret nor its hash."""
+
+    id: str  # public id, "key_..."; used to list and revoke
+    org_id: str
+    user_id: str  # the key acts as this user, with the user's role in org_id
+    lookup_id: str  # the non-secret part of the plaintext key; see tokens.py
+    name: str
+    read_only: bool
+    created_at: datetime
+    last_used_at: datetime | None = None
+    revoked_at: datetime | None = None
+
+    @property
+    def active(self) -> bool:
+        return self.revoked_at is None
+
+
+@attrs.frozen
+class ApiKeyCredential:
+    """What authentication needs: the key and the hash to verify the presented secret
+    against (`tokens.verify_api_key`). Returned only by `Store.get_api_key_by_lookup`."""
+
+    api_key: ApiKey
+    secret_hash: str = attrs.field(repr=False)
+
+
+@attrs.frozen
+class Feedback:
+    id: str
+    kind: FeedbackKind
+    message: str
+    email: str | None
+    org_id: str | None
+    user_id: str | None
+    created_at: datetime
+
+
+class Store(Protocol):
+    """The persistent state of the control plane. Implementations: `SqlStore` over
+    SQLite or PostgreSQL, obtained with `open_store`."""
+
+    # -- health and lifetime --------------------------------------------------------------
+    async def ping(self) -> None:
+        """Round-trip to the database; raises `StoreUnavailable` if it cannot (/readyz)."""
+
+    async def aclose(self) -> None:
+        """Close every connection. Idempotent."""
+
+    # -- organizations ---------------------------------------------------------------------
+    async def create_organization(
+        self, name: str, *, settings: OrganizationSettings = OrganizationSettings()
+    ) -> Organization:
+        """Conflict if the name is taken."""
+
+    async def get_organization(self, org_id: str) -> Organization: ...
+
+    async def get_organization_by_name(self, name: str) -> Organization: ...
+
+    async def list_organizations(self) -> list[Organization]:
+        """All organizations, oldest first."""
+
+    async def update_organization(
+        self,
+        org_id: str,
+        *,
+        name: str | None = None,
+        settings: OrganizationSettings | None = None,
+    ) -> Organization:
+        """Changes what is given (settings as a whole; merge with `attrs.evolve`)."""
+
+    async def delete_organization(self, org_id: str) -> Organization:
+        """Deletes it with its memberships and API keys; returns what was deleted."""
+
+    # -- users -----------------------------------------------------------------------------
+    async def create_user(self, name: str, *, email: str | None = None) -> User:
+        """Conflict if the name or the email is taken."""
+
+    async def get_user(self, user_id: str) -> User: ...
+
+    async def get_user_by_name(self, name: str) -> User: ...
+
+    async def update_user(
+        self, user_id: str, *, name: str | None = None, email: str | Unset | None = UNSET
+    ) -> User:
+        """``email=None`` clears the email; `UNSET` leaves it."""
+
+    # -- memberships -----------------------------------------------------------------------
+    async def add_membership(self, org_id: str, user_id: str, role: Role) -> Membership:
+        """NotFound if either does not exist; Conflict if already a member."""
+
+    async def get_membership(self, org_id: str, user_id: str) -> Membership: ...
+
+    async def set_membership_role(self, org_id: str, user_id: str, role: Role) -> Membership: ...
+
+    async def remove_membership(self, org_id: str, user_id: str) -> None:
+        """Also revokes the user's API keys in that organization."""
+
+    async def list_members(self, org_id: str) -> list[Member]:
+        """NotFound if the organization does not exist; oldest membership first."""
+
+    async def list_affiliations(self, user_id: str) -> list[Affiliation]:
+        """The organizations of a user with the user's role in each, oldest first."""
+
+    # -- API keys --------------------------------------------------------------------------
+    async def create_api_key(
+        self,
+        *,
+        org_id: str,
+        user_id: str,
+        name: str,
+        lookup_id: str,
+        secret_hash: str,
+        read_only: bool = False,
+    ) -> ApiKey:
+        """Stores a key made by `tokens.new_api_key()`. NotFound unless the user is a member
+        of the organization; Conflict if the lookup id is taken."""
+
+    async def get_api_key(self, org_id: str, key_id: str) -> ApiKey:
+        """Revoked keys included."""
+
+    async def get_api_key_by_lookup(self, lookup_id: str) -> ApiKeyCredential:
+        """For authentication: NotFound for unknown *and revoked* keys."""
+
+    async def list_api_keys(
+        self, org_id: str, *, user_id: str | None = None, include_revoked: bool = False
+    ) -> list[ApiKey]:
+        """Oldest first."""
+
+    async def revoke_api_key(self, org_id: str, key_id: str) -> ApiKey:
+        """Idempotent: revoking a revoked key returns it unchanged."""
+
+    async def touch_api_key(self, key_id: str, *, at: datetime | None = None) -> None:
+        """Records a use (``at`` defaults to the store's clock). Never moves it backwards."""
+
+    # -- feedback and support messages -----------------------------------------------------
+    async def add_feedback(
+        self,
+        message: str,
+        *,
+        email: str | None = None,
+        kind: FeedbackKind = FeedbackKind.FEEDBACK,
+        org_id: str | None = None,
+        user_id: str | None = None,
+    ) -> Feedback: ...
+
+    async def list_feedback(self, *, org_id: str | None = None) -> list[Feedback]:
+        """Oldest first; all of them, or one organization's."""
