@@ -30,6 +30,7 @@ from typing import Final, Protocol
 import attrs
 
 __all__ = [
+    "DEFAULT_SETTINGS",
     "UNSET",
     "Affiliation",
     "ApiKey",
@@ -78,12 +79,15 @@ class OrganizationSettings:
     iphone_duo_enabled: bool = False
 
 
+DEFAULT_SETTINGS: Final = OrganizationSettings()
+
+
 @attrs.frozen
 class Organization:
     id: str
     name: str
     created_at: datetime
-    settings: OrganizationSettings = OrganizationSettings()
+    settings: OrganizationSettings = DEFAULT_SETTINGS
 
 
 @attrs.frozen
@@ -170,7 +174,7 @@ class Store(Protocol):
 
     # -- organizations ---------------------------------------------------------------------
     async def create_organization(
-        self, name: str, *, settings: OrganizationSettings = OrganizationSettings()
+        self, name: str, *, settings: OrganizationSettings = DEFAULT_SETTINGS
     ) -> Organization:
         """Conflict if the name is taken."""
 

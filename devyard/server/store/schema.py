@@ -1,0 +1,119 @@
+"""The schema, as the ordered list of migrations that builds it. Data only; `migrate.py`
+applies it.
+
+Rules (docs/store.md says why):
+
+- Append only. A released migration is never edited: the runner stores a checksum of each
+  applied migration and refuses to start on a mismatch.
+- One SQL text for both dialects. Where they differ, a migration uses a ``{placeholder}``
+  from `_TYPES`, or gives a per-dialect statement explicitly with `Dialect`.
+- Each migration is a tuple of single statements (no ``;`` splitting, no ``executescript``,
+  which would commit behind the runner's transaction).
+- Ids are TEXT (``org_01J...``), timestamps are ``{timestamp}`` (TIMESTAMPTZ on PostgreSQL,
+  ISO-8601 UTC text on SQLite, which sorts correctly as text), booleans are BOOLEAN.
+- SQLite cannot ALTER a constraint: a later migration that must, rebuilds the table (create
+  new, copy, drop, rename) with foreign keys checked by ``PRAGMA foreign_key_check``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Final
+
+import attrs
+
+from .database import Dialect
+
+__all__ = ["MIGRATIONS", "Migration"]
+
+_TYPES: Final[Mapping[Dialect, Mapping[str, str]]] = {
+    Dialect.SQLITE: {"timestamp": "TEXT"},
+    Dialect.POSTGRESQL: {"timestamp": "TIMESTAMPTZ"},
+}
+
+Statement = str | Mapping[Dialect, str]
+
+
+@attrs.frozen
+class Migration:
+    version: int
+    name: str
+    statements: tuple[Statement, ...]
+
+    def render(self, dialect: Dialect) -> list[str]:
+        """The statements to run on ``dialect``, placeholders filled."""
+        out = []
+        for statement in self.statements:
+            text = statement if isinstance(statement, str) else statement[dialect]
+            out.append(text.format_map(_TYPES[dialect]).strip())
+        return out
+
+    def checksum(self, dialect: Dialect) -> str:
+        return hashlib.sha256("\n;\n".join(self.render(dialect)).encode()).hexdigest()
+
+
+MIGRATIONS: Final[tuple[Migration, ...]] = (
+    Migration(
+        1,
+        "identity: organizations, users, memberships, API keys, feedback",
+        (
+            """
+            CREATE TABLE organizations (
+                id                   TEXT PRIMARY KEY,
+                name                 TEXT NOT NULL UNIQUE,
+                created_at           {timestamp} NOT NULL,
+                inactivity_timeout_s INTEGER NOT NULL DEFAULT 600
+                                     CHECK (inactivity_timeout_s > 0),
+                iphone_duo_enabled   BOOLEAN NOT NULL DEFAULT FALSE
+            )
+            """,
+            """
+            CREATE TABLE users (
+                id         TEXT PRIMARY KEY,
+                name       TEXT NOT NULL UNIQUE,
+                email      TEXT UNIQUE,
+                created_at {timestamp} NOT NULL
+            )
+            """,
+            """
+            CREATE TABLE memberships (
+                org_id     TEXT NOT NULL REFERENCES organizations (id) ON DELETE CASCADE,
+                user_id    TEXT NOT NULL REFERENCES users (id) ON DELETE CASCADE,
+                role       TEXT NOT NULL CHECK (role IN ('admin', 'member', 'viewer')),
+                created_at {timestamp} NOT NULL,
+                PRIMARY KEY (org_id, user_id)
+            )
+            """,
+            "CREATE INDEX memberships_by_user ON memberships (user_id)",
+            """
+            CREATE TABLE api_keys (
+                id           TEXT PRIMARY KEY,
+                org_id       TEXT NOT NULL REFERENCES organizations (id) ON DELETE CASCADE,
+                user_id      TEXT NOT NULL REFERENCES users (id) ON DELETE CASCADE,
+                lookup_id    TEXT NOT NULL UNIQUE,
+                secret_hash  TEXT NOT NULL,
+                name         TEXT NOT NULL,
+                read_only    BOOLEAN NOT NULL DEFAULT FALSE,
+                created_at   {timestamp} NOT NULL,
+                last_used_at {timestamp},
+                revoked_at   {timestamp}
+            )
+            """,
+            "CREATE INDEX api_keys_by_org ON api_keys (org_id, id)",
+            "CREATE INDEX api_keys_by_user ON api_keys (user_id)",
+            """
+            CREATE TABLE feedback (
+                id         TEXT PRIMARY KEY,
+                kind       TEXT NOT NULL CHECK (kind IN ('feedback', 'support')),
+                message    TEXT NOT NULL,
+                email      TEXT,
+                org_id     TEXT REFERENCES organizations (id) ON DELETE SET NULL,
+                user_id    TEXT REFERENCES users (id) ON DELETE SET NULL,
+                created_at {timestamp} NOT NULL
+            )
+            """,
+            "CREATE INDEX feedback_by_org ON feedback (org_id)",
+        ),
+    ),
+)
