@@ -1,0 +1,173 @@
+"""``devyard``: the one command-line entry point.
+
+    devyard up [--data-dir DIR] [--port PORT]         the all-in-one embedded default
+    devyard server --data-dir DIR --listen HOST:PORT  the control plane alone
+    devyard admin bootstrap --data-dir DIR --org NAME an organization and a new admin key
+    devyard whoami | org | members | keys | regions   user commands (devyard.client.commands)
+
+This is the edge where configuration is read: flags, ``os.environ`` and an optional file
+become one frozen config value, passed down. Subcommands live in their packages and are
+imported when the parser is built only as thin argparse declarations; each command's real
+work (the web stack, the database drivers, trio) is imported when it runs. A package that
+adds commands (the connector, the host daemon) exposes ``add_commands(subparsers)`` and is
+listed in ``_COMMAND_MODULES``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Final, TypeAlias
+
+from . import __version__
+
+__all__ = ["build_parser", "main"]
+
+DEFAULT_UP_DATA_DIR: Final = "./data"
+DEFAULT_UP_HOST: Final = "127.0.0.1"
+DEFAULT_UP_PORT: Final = 8080
+
+# Packages that declare subcommands with `add_commands(subparsers)`.
+_COMMAND_MODULES: Final = ("devyard.client.commands",)
+
+Sub: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+def _server_config(
+    args: argparse.Namespace, env: Mapping[str, str], defaults: Mapping[str, object]
+) -> object:
+    from .server.config import load_server_config  # noqa: PLC0415
+
+    flags = {
+        "data_dir": args.data_dir,
+        "database_url": getattr(args, "database_url", None),
+        "public_url": getattr(args, "public_url", None),
+        "listen": getattr(args, "listen", None),
+    }
+    return load_server_config(
+        flags=flags,
+        env=env,
+        file=Path(args.config) if args.config else None,
+        defaults=defaults,
+    )
+
+
+def _configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper()),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def _run_server_command(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    import trio  # noqa: PLC0415
+
+    from .server.config import ConfigError, ServerConfig  # noqa: PLC0415
+    from .server.serve import run_admin_bootstrap, run_server  # noqa: PLC0415
+    from .server.store import errors as store_errors  # noqa: PLC0415
+
+    defaults: dict[str, object] = {}
+    if args.command == "up":
+        defaults = {"data_dir": DEFAULT_UP_DATA_DIR}
+        if args.port is not None or args.host is not None:
+            host = args.host or DEFAULT_UP_HOST
+            port = DEFAULT_UP_PORT if args.port is None else args.port
+            args.listen = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        config = _server_config(args, env, defaults)
+    except ConfigError as exc:
+        print(f"devyard: error: {exc}", file=sys.stderr)
+        return 2
+    assert isinstance(config, ServerConfig)
+    _configure_logging(args.log_level)
+    try:
+        if args.command == "admin":
+            return trio.run(
+                lambda: run_admin_bootstrap(
+                    config, org_name=args.org, user_name=args.user, out=sys.stdout
+                )
+            )
+        return trio.run(lambda: run_server(config, out=sys.stdout, bootstrap=args.command == "up"))
+    except (store_errors.StoreUnavailable, store_errors.MigrationError) as exc:
+        print(f"devyard: error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # e.g. the listen address is in use
+        print(f"devyard: error: {exc}", file=sys.stderr)
+        return 1
+
+
+def _add_server_options(parser: argparse.ArgumentParser, *, data_dir_help: str) -> None:
+    parser.add_argument("--data-dir", metavar="DIR", help=data_dir_help)
+    parser.add_argument(
+        "--database-url",
+        metavar="URL",
+        help="postgresql://... (env DEVYARD_DATABASE_URL); default: SQLite in the data dir",
+    )
+    parser.add_argument(
+        "--config", metavar="FILE", help="a .toml or .yaml config file (env DEVYARD_CONFIG)"
+    )
+    parser.add_argument(
+        "--log-level", default="info", choices=("debug", "info", "warning", "error")
+    )
+    parser.set_defaults(run=_run_server_command)
+
+
+def _add_server_commands(sub: Sub) -> None:
+    up = sub.add_parser(
+        "up",
+        help="run everything on this machine with embedded defaults",
+        description="Run devyard on one machine: SQLite in the data dir; on the first start, "
+        "an organization and an admin API key (printed once, saved to DIR/admin-api-key).",
+    )
+    _add_server_options(
+        up, data_dir_help=f"where state lives (env DEVYARD_DATA_DIR; default {DEFAULT_UP_DATA_DIR})"
+    )
+    up.add_argument("--port", type=int, help=f"HTTP port (default {DEFAULT_UP_PORT})")
+    up.add_argument("--host", help=f"address to listen on (default {DEFAULT_UP_HOST})")
+    up.add_argument("--public-url", metavar="URL", help="base URL clients use")
+
+    server = sub.add_parser("server", help="run the control plane server")
+    _add_server_options(server, data_dir_help="where state lives (env DEVYARD_DATA_DIR)")
+    server.add_argument("--listen", metavar="HOST:PORT", help="default 127.0.0.1:8080")
+    server.add_argument("--public-url", metavar="URL", help="base URL clients use")
+
+    admin = sub.add_parser("admin", help="operator commands with direct store access")
+    admin_sub = admin.add_subparsers(dest="admin_command", metavar="COMMAND", required=True)
+    bootstrap = admin_sub.add_parser(
+        "bootstrap",
+        help="create an organization (if missing) with an admin user and print a new API key",
+    )
+    _add_server_options(bootstrap, data_dir_help="the server's data dir (env DEVYARD_DATA_DIR)")
+    bootstrap.add_argument("--org", required=True, metavar="NAME", help="organization name")
+    bootstrap.add_argument("--user", default="admin", metavar="NAME", help="default: admin")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="devyard", description="An open, self-hostable remote device service."
+    )
+    parser.add_argument("--version", action="version", version=f"devyard {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _add_server_commands(sub)
+    for name in _COMMAND_MODULES:
+        importlib.import_module(name).add_commands(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.run(args, os.environ)
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,294 @@
+"""The typed client of the devyard API, for trio (httpx's AsyncClient runs on trio).
+
+    async with AsyncClient("http://127.0.0.1:8080", api_key) as client:
+        me = await client.whoami()
+
+Requests carry the key as ``Authorization: Bearer`` (never in a URL). Each request has the
+spec's default timeout of 5 minutes and is retried, twice by default, with exponential
+backoff and jitter, on connection errors and on 408, 409, 429 and 5xx answers (spec 7),
+waiting at least the ``Retry-After`` the server sent. An error answer becomes a typed
+exception carrying the server's ``APIError`` message (``_errors.py``).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import random
+from collections.abc import Mapping
+from typing import Any, Final
+from urllib.parse import quote
+
+import attrs
+import httpx
+import trio
+
+from .. import __version__
+from ._errors import ResponseError, TransportError, error_for_status
+from .models import (
+    ApiKey,
+    CreatedApiKey,
+    Member,
+    Organization,
+    Plan,
+    Region,
+    Role,
+    User,
+    WhoAmI,
+    parse_list,
+)
+
+__all__ = ["DEFAULT_TIMEOUT", "UNSET", "AsyncClient", "RetryPolicy"]
+
+DEFAULT_TIMEOUT: Final = 300.0  # spec 8: client default request timeout, 5 minutes
+RETRY_STATUSES: Final = frozenset({408, 409, 429})
+MAX_RETRY_AFTER: Final = 60.0
+
+
+class _Unset(enum.Enum):
+    UNSET = "UNSET"
+
+
+UNSET: Final = _Unset.UNSET
+
+
+@attrs.frozen
+class RetryPolicy:
+    """Retry ``max_retries`` times; attempt n waits up to ``base * 2**n`` (capped), jittered."""
+
+    max_retries: int = 2
+    base: float = 0.5
+    cap: float = 8.0
+
+    def delay(self, attempt: int, retry_after: float | None = None) -> float:
+        backoff: float = min(self.cap, self.base * 2.0**attempt)
+        backoff *= random.uniform(0.5, 1.0)  # noqa: S311 - jitter, not a secret
+        if retry_after is not None:
+            backoff = max(backoff, min(retry_after, MAX_RETRY_AFTER))
+        return backoff
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    value = response.headers.get("Retry-After")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        return None  # an HTTP-date: the backoff alone will do
+
+
+def _segment(value: str) -> str:
+    return quote(value, safe="")
+
+
+class AsyncClient:
+    """One connection pool to one devyard server, authenticated with one API key."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None = None,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        retry: RetryPolicy = RetryPolicy(),
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        headers = {"User-Agent": f"devyard-python/{__version__}", "Accept": "application/json"}
+        if api_key is not None:
+            headers["Authorization"] = f"Bearer {api_key}"
+        self.base_url: Final = base_url.rstrip("/")
+        self._retry = retry
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url, headers=headers, timeout=timeout, transport=transport
+        )
+
+    def __repr__(self) -> str:
+        return f"<AsyncClient {self.base_url}>"
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: object = None,
+        params: Mapping[str, str] | None = None,
+    ) -> object:
+        """Send one API request with retries; the decoded JSON answer (None when empty)."""
+        content = None if body is None else json.dumps(body).encode()
+        headers = {"Content-Type": "application/json"} if content is not None else None
+        attempt = 0
+        while True:
+            try:
+                response = await self._http.request(
+                    method, path, content=content, params=params, headers=headers
+                )
+            except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as exc:
+                if attempt >= self._retry.max_retries or isinstance(exc, httpx.ReadTimeout):
+                    raise TransportError(f"{method} {self.base_url}{path}: {exc!r}") from exc
+                await trio.sleep(self._retry.delay(attempt))
+                attempt += 1
+                continue
+            status = response.status_code
+            retryable = status in RETRY_STATUSES or status >= 500
+            if retryable and attempt < self._retry.max_retries:
+                await trio.sleep(self._retry.delay(attempt, _retry_after(response)))
+                attempt += 1
+                continue
+            return _decode(response)
+
+    # -- health and catalog -------------------------------------------------------------------
+
+    async def livez(self) -> str:
+        return _message(await self.request("GET", "/livez"))
+
+    async def readyz(self) -> str:
+        return _message(await self.request("GET", "/readyz"))
+
+    async def list_regions(self) -> list[Region]:
+        return parse_list(await self.request("GET", "/regions"), Region.from_json)
+
+    async def get_plan(self, plan_tid: str) -> Plan:
+        return Plan.from_json(await self.request("GET", f"/plans/{_segment(plan_tid)}"))
+
+    async def send_feedback(self, message: str, *, email: str | None = None) -> None:
+        body: dict[str, Any] = {"message": message}
+        if email is not None:
+            body["email"] = email
+        await self.request("POST", "/feedback", body=body)
+
+    # -- identity -------------------------------------------------------------------------------
+
+    async def whoami(self) -> WhoAmI:
+        return WhoAmI.from_json(await self.request("GET", "/whoami"))
+
+    async def get_user(self, user_name: str) -> User:
+        return User.from_json(await self.request("GET", f"/users/{_segment(user_name)}"))
+
+    async def update_user(
+        self, user_name: str, *, name: str | None = None, email: str | _Unset | None = UNSET
+    ) -> User:
+        body: dict[str, Any] = {}
+        if name is not None:
+            body["name"] = name
+        if email is not UNSET:
+            body["email"] = email
+        path = f"/users/{_segment(user_name)}"
+        return User.from_json(await self.request("PATCH", path, body=body))
+
+    async def list_user_memberships(self, user_name: str) -> list[Organization]:
+        path = f"/users/{_segment(user_name)}/memberships"
+        return parse_list(await self.request("GET", path), Organization.from_json)
+
+    # -- organizations and members ---------------------------------------------------------------
+
+    async def get_organization(self, org_id: str) -> Organization:
+        path = f"/organizations/{_segment(org_id)}"
+        return Organization.from_json(await self.request("GET", path))
+
+    async def update_organization(
+        self, org_id: str, *, name: str | None = None, inactivity_timeout_seconds: int | None = None
+    ) -> Organization:
+        body: dict[str, Any] = {}
+        if name is not None:
+            body["name"] = name
+        if inactivity_timeout_seconds is not None:
+            body["settings"] = {"inactivityTimeoutSeconds": inactivity_timeout_seconds}
+        path = f"/organizations/{_segment(org_id)}"
+        return Organization.from_json(await self.request("PATCH", path, body=body))
+
+    async def delete_organization(self, org_id: str) -> Organization:
+        path = f"/organizations/{_segment(org_id)}"
+        return Organization.from_json(await self.request("DELETE", path))
+
+    async def list_members(self, org_id: str) -> list[Member]:
+        path = f"/organizations/{_segment(org_id)}/members"
+        return parse_list(await self.request("GET", path), Member.from_json)
+
+    async def add_member(
+        self, org_id: str, user_name: str, role: Role, *, email: str | None = None
+    ) -> Member:
+        body: dict[str, Any] = {"userName": user_name, "role": str(role)}
+        if email is not None:
+            body["email"] = email
+        path = f"/organizations/{_segment(org_id)}/members"
+        return Member.from_json(await self.request("POST", path, body=body))
+
+    async def get_member(self, org_id: str, user_name: str) -> Member:
+        path = f"/organizations/{_segment(org_id)}/members/{_segment(user_name)}"
+        return Member.from_json(await self.request("GET", path))
+
+    async def update_member(self, org_id: str, user_name: str, role: Role) -> Member:
+        path = f"/organizations/{_segment(org_id)}/members/{_segment(user_name)}"
+        return Member.from_json(await self.request("PATCH", path, body={"role": str(role)}))
+
+    async def remove_member(self, org_id: str, user_name: str) -> None:
+        path = f"/organizations/{_segment(org_id)}/members/{_segment(user_name)}"
+        await self.request("DELETE", path)
+
+    async def send_support_message(self, org_id: str, message: str) -> None:
+        path = f"/organizations/{_segment(org_id)}/support"
+        await self.request("POST", path, body={"message": message})
+
+    # -- API keys ----------------------------------------------------------------------------------
+
+    async def list_api_keys(self, org_id: str, *, include_revoked: bool = False) -> list[ApiKey]:
+        path = f"/organizations/{_segment(org_id)}/apiKeys"
+        params = {"includeRevoked": "true" if include_revoked else "false"}
+        return parse_list(await self.request("GET", path, params=params), ApiKey.from_json)
+
+    async def create_api_key(
+        self, org_id: str, name: str, *, read_only: bool = False, user_name: str | None = None
+    ) -> CreatedApiKey:
+        body: dict[str, Any] = {"name": name, "readOnly": read_only}
+        if user_name is not None:
+            body["userName"] = user_name
+        path = f"/organizations/{_segment(org_id)}/apiKeys"
+        return CreatedApiKey.from_json(await self.request("POST", path, body=body))
+
+    async def get_api_key(self, org_id: str, key_id: str) -> ApiKey:
+        path = f"/organizations/{_segment(org_id)}/apiKeys/{_segment(key_id)}"
+        return ApiKey.from_json(await self.request("GET", path))
+
+    async def revoke_api_key(self, org_id: str, key_id: str) -> ApiKey:
+        path = f"/organizations/{_segment(org_id)}/apiKeys/{_segment(key_id)}"
+        return ApiKey.from_json(await self.request("DELETE", path))
+
+
+def _decode(response: httpx.Response) -> object:
+    """The JSON of a 2xx answer, or the typed error of any other."""
+    data: object = None
+    if response.content:
+        try:
+            data = response.json()
+        except ValueError:
+            if response.is_success:
+                raise ResponseError(
+                    f"HTTP {response.status_code}: the answer is not JSON"
+                ) from None
+    if response.is_success:
+        return data
+    message = f"HTTP {response.status_code} {response.reason_phrase}".strip()
+    reason = None
+    if isinstance(data, dict) and isinstance(data.get("message"), str):
+        message = data["message"]
+        reason = data.get("reason") if isinstance(data.get("reason"), str) else None
+    raise error_for_status(
+        response.status_code, message, reason=reason, retry_after=_retry_after(response)
+    )
+
+
+def _message(data: object) -> str:
+    message = data.get("message") if isinstance(data, dict) else None
+    if isinstance(message, str):
+        return message
+    raise ResponseError("expected a {message} object")

@@ -1,0 +1,142 @@
+"""Who is calling, and may they: API-key authentication and the role check.
+
+An API key acts as one user in one organization, with the role that user holds there *now*
+(looked up on every request, so a demotion or removal takes effect at once; removing a
+member also revokes its keys in the store). The key is organization-scoped: objects of any
+other organization are invisible to it (404), even if its user belongs there too.
+
+Authorization is two rules, both declared per operation in ``openapi.yaml``:
+
+- ``x-devyard-role``: the least role (viewer < member < admin); below it is 403;
+- a read-only key may call only ``GET`` operations; anything else is 403.
+
+Rules that depend on the object (an own key versus someone else's, one's own user) are
+checked by the handler with :func:`require_role` or by raising :class:`Forbidden`.
+
+``last_used_at`` is recorded at most once per ``touch_interval`` per key, so a busy key costs
+one write a minute rather than one per request; the table of last touches is bounded.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Final
+
+import attrs
+
+from ..store import errors as store_errors
+from ..store import tokens
+from ..store.base import ApiKey, Organization, Role, Store, User
+from ._errors import Forbidden, Unauthorized
+
+__all__ = ["Authenticator", "Principal", "authorize", "require_role", "role_at_least"]
+
+_RANK: Final = {Role.VIEWER: 0, Role.MEMBER: 1, Role.ADMIN: 2}
+_MAX_TOUCHED: Final = 100_000
+_MAX_HEADER: Final = 512
+
+
+def role_at_least(role: Role, least: Role) -> bool:
+    return _RANK[role] >= _RANK[least]
+
+
+@attrs.frozen
+class Principal:
+    """The authenticated caller of one request."""
+
+    api_key: ApiKey
+    user: User
+    organization: Organization
+    role: Role
+
+    @property
+    def org_id(self) -> str:
+        return self.organization.id
+
+    @property
+    def user_id(self) -> str:
+        return self.user.id
+
+    def __repr__(self) -> str:
+        return f"<Principal key={self.api_key.id} user={self.user.id} org={self.org_id}>"
+
+
+def require_role(principal: Principal, least: Role, what: str) -> None:
+    """Raise 403 unless *principal*'s role is at least *least*."""
+    if not role_at_least(principal.role, least):
+        raise Forbidden(
+            f"{what} needs the {least} role; this key's user is {principal.role}",
+            reason="insufficient_role",
+        )
+
+
+def authorize(principal: Principal, *, least: Role, safe: bool) -> None:
+    """The per-operation rules: read-only keys only read; the role is at least *least*."""
+    if not safe and principal.api_key.read_only:
+        raise Forbidden("this API key is read-only", reason="read_only_key")
+    require_role(principal, least, "this operation")
+
+
+def bearer_token(authorization: str | None) -> str:
+    """The token of an ``Authorization: Bearer <token>`` header, or 401."""
+    if not authorization:
+        raise Unauthorized("missing API key: send Authorization: Bearer dy_...")
+    if len(authorization) > _MAX_HEADER:
+        raise Unauthorized("malformed Authorization header")
+    scheme, _, token = authorization.strip().partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Unauthorized("malformed Authorization header: expected Bearer dy_...")
+    return token.strip()
+
+
+class Authenticator:
+    """Turns an Authorization header into a :class:`Principal`, or raises 401."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        clock: Callable[[], float],
+        touch_interval: float = 60.0,
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._touch_interval = touch_interval
+        self._touched: OrderedDict[str, float] = OrderedDict()
+
+    def __repr__(self) -> str:
+        return f"<Authenticator touched={len(self._touched)}>"
+
+    async def authenticate(self, authorization: str | None) -> Principal:
+        plaintext = bearer_token(authorization)
+        lookup_id = tokens.parse_api_key(plaintext)
+        if lookup_id is None:
+            raise Unauthorized("invalid API key")
+        try:
+            credential = await self._store.get_api_key_by_lookup(lookup_id)
+        except store_errors.NotFound:
+            raise Unauthorized("invalid API key") from None
+        if not tokens.verify_api_key(plaintext, credential.secret_hash):
+            raise Unauthorized("invalid API key")
+        key = credential.api_key
+        try:
+            membership = await self._store.get_membership(key.org_id, key.user_id)
+            user = await self._store.get_user(key.user_id)
+            organization = await self._store.get_organization(key.org_id)
+        except store_errors.NotFound:
+            # Raced with a removal or deletion that revokes this key.
+            raise Unauthorized("invalid API key") from None
+        await self._maybe_touch(key.id)
+        return Principal(api_key=key, user=user, organization=organization, role=membership.role)
+
+    async def _maybe_touch(self, key_id: str) -> None:
+        now = self._clock()
+        last = self._touched.get(key_id)
+        if last is not None and now - last < self._touch_interval:
+            return
+        self._touched[key_id] = now
+        self._touched.move_to_end(key_id)
+        if len(self._touched) > _MAX_TOUCHED:
+            self._touched.popitem(last=False)
+        await self._store.touch_api_key(key_id)

@@ -1,0 +1,67 @@
+"""The request pipeline: every request passes here, in this order, before its handler.
+
+1. operation   the OpenAPI operation of the matched route (none: the route is undocumented,
+               which ``create_app`` refuses at start-up, so this is a 500 by construction);
+2. identity    the API key, when the operation takes one (401 when required and missing);
+3. rate limit  per key; anonymous requests only when they write (429 with Retry-After);
+4. scope       an ``organizationId`` in the path must be the key's organization (404);
+5. permission  read-only keys read; the role is at least ``x-devyard-role`` (403);
+6. input       path and query parameters and the JSON body against the document (400).
+
+Scope comes before permission so that a viewer probing another organization's ids learns
+nothing (404, never 403), and identity comes before input so that an anonymous caller cannot
+probe the validation rules of protected operations.
+"""
+
+from __future__ import annotations
+
+from quart import g, request
+
+from ._errors import InternalError, NotFound, RateLimited
+from .auth import Principal, authorize
+from .context import RequestInput, state
+
+__all__ = ["before_request"]
+
+
+async def before_request() -> None:
+    api = state()
+    rule = request.url_rule
+    if rule is None:
+        # Routing failed; the framework raises its 404/405 after this hook.
+        return
+    operation = api.contract.operation(request.method, rule.rule)
+    if operation is None:
+        raise InternalError(f"{request.method} {rule.rule} is not in the OpenAPI document")
+
+    caller: Principal | None = None
+    authorization = request.headers.get("Authorization")
+    if operation.auth == "required" or (operation.auth == "optional" and authorization):
+        caller = await api.authenticator.authenticate(authorization)
+
+    if caller is not None and api.key_limiter is not None:
+        _spend(api.key_limiter.acquire(caller.api_key.id), "this API key")
+    elif caller is None and not operation.safe and api.client_limiter is not None:
+        _spend(api.client_limiter.acquire(request.remote_addr or "unknown"), "this client")
+
+    path_args = {k: str(v) for k, v in (request.view_args or {}).items()}
+    if caller is not None:
+        organization_id = path_args.get("organizationId")
+        if organization_id is not None and organization_id != caller.org_id:
+            raise NotFound(f"organization {organization_id!r} not found")
+        if operation.role is not None:
+            authorize(caller, least=operation.role, safe=operation.safe)
+
+    values = api.contract.parameters(operation, path_args, request.args)
+    payload = None
+    if operation.body is not None:
+        raw = await request.get_data(as_text=False)
+        payload = api.contract.body(operation, raw if isinstance(raw, bytes) else raw.encode())
+    g.devyard_input = RequestInput(
+        operation=operation, principal=caller, params=values, body=payload
+    )
+
+
+def _spend(wait: float, whose: str) -> None:
+    if wait > 0:
+        raise RateLimited(f"rate limit of {whose} exceeded; retry later", retry_after=wait)

@@ -1,0 +1,150 @@
+"""The key's organization, its members and support messages (spec 4.4).
+
+The pipeline has already answered 404 for any ``organizationId`` other than the key's own and
+403 below the operation's role, so the handlers here only apply the rules that depend on the
+data: an organization keeps at least one admin (422), names are unique (409).
+"""
+
+from __future__ import annotations
+
+import attrs
+from quart import Blueprint, Response, jsonify
+
+from ...store import errors as store_errors
+from ...store.base import FeedbackKind, Member, Role
+from .._errors import Conflict, NotFound, Unprocessable
+from ..auth import Principal
+from ..context import body, same_organization, state
+from ..views import member_view, organization_view
+
+__all__ = ["blueprint"]
+
+blueprint = Blueprint("organizations", __name__)
+
+_SUCCESS = {"success": True}
+
+
+def _taken(exc: store_errors.Conflict, default: str) -> Conflict:
+    field = exc.field or default
+    return Conflict(f"that {field} is already taken", reason="taken")
+
+
+@blueprint.get("/organizations/<organizationId>")
+async def get_organization(organizationId: str) -> Response:
+    return jsonify(organization_view(same_organization(organizationId).organization))
+
+
+@blueprint.patch("/organizations/<organizationId>")
+async def update_organization(organizationId: str) -> Response:
+    caller = same_organization(organizationId)
+    data = body()
+    settings = None
+    if "settings" in data:
+        changes = data["settings"]
+        settings = caller.organization.settings
+        if "inactivityTimeoutSeconds" in changes:
+            settings = attrs.evolve(
+                settings, inactivity_timeout_s=changes["inactivityTimeoutSeconds"]
+            )
+    try:
+        updated = await state().store.update_organization(
+            caller.org_id, name=data.get("name"), settings=settings
+        )
+    except store_errors.Conflict as exc:
+        raise _taken(exc, "name") from exc
+    return jsonify(organization_view(updated))
+
+
+@blueprint.delete("/organizations/<organizationId>")
+async def delete_organization(organizationId: str) -> Response:
+    caller = same_organization(organizationId)
+    deleted = await state().store.delete_organization(caller.org_id)
+    return jsonify(organization_view(deleted))
+
+
+# -- members ----------------------------------------------------------------------------------
+
+
+async def _member(caller: Principal, user_name: str) -> Member:
+    store = state().store
+    try:
+        user = await store.get_user_by_name(user_name)
+        membership = await store.get_membership(caller.org_id, user.id)
+    except store_errors.NotFound:
+        raise NotFound(f"member {user_name!r} not found") from None
+    return Member(user=user, role=membership.role)
+
+
+async def _keep_an_admin(caller: Principal, member: Member, what: str) -> None:
+    """422 when *member* is the organization's only admin."""
+    if member.role != Role.ADMIN:
+        return
+    members = await state().store.list_members(caller.org_id)
+    if sum(1 for m in members if m.role == Role.ADMIN) <= 1:
+        raise Unprocessable(
+            f"cannot {what} the last admin of the organization; make another admin first",
+            reason="last_admin",
+        )
+
+
+@blueprint.get("/organizations/<organizationId>/members")
+async def list_members(organizationId: str) -> Response:
+    caller = same_organization(organizationId)
+    members = await state().store.list_members(caller.org_id)
+    return jsonify([member_view(m) for m in members])
+
+
+@blueprint.post("/organizations/<organizationId>/members")
+async def add_member(organizationId: str) -> Response:
+    caller = same_organization(organizationId)
+    data = body()
+    store = state().store
+    role = Role(data["role"])
+    try:
+        user = await store.create_user(data["userName"], email=data.get("email"))
+    except store_errors.Conflict as exc:
+        raise _taken(exc, "name") from exc
+    await store.add_membership(caller.org_id, user.id, role)
+    return jsonify(member_view(Member(user=user, role=role)))
+
+
+@blueprint.get("/organizations/<organizationId>/members/<userName>")
+async def get_member(organizationId: str, userName: str) -> Response:
+    return jsonify(member_view(await _member(same_organization(organizationId), userName)))
+
+
+@blueprint.patch("/organizations/<organizationId>/members/<userName>")
+async def update_member(organizationId: str, userName: str) -> Response:
+    caller = same_organization(organizationId)
+    member = await _member(caller, userName)
+    role = Role(body()["role"])
+    if role != member.role:
+        if role != Role.ADMIN:
+            await _keep_an_admin(caller, member, "demote")
+        await state().store.set_membership_role(caller.org_id, member.user.id, role)
+    return jsonify(member_view(Member(user=member.user, role=role)))
+
+
+@blueprint.delete("/organizations/<organizationId>/members/<userName>")
+async def remove_member(organizationId: str, userName: str) -> Response:
+    caller = same_organization(organizationId)
+    member = await _member(caller, userName)
+    await _keep_an_admin(caller, member, "remove")
+    await state().store.remove_membership(caller.org_id, member.user.id)
+    return jsonify(_SUCCESS)
+
+
+# -- support ----------------------------------------------------------------------------------
+
+
+@blueprint.post("/organizations/<organizationId>/support")
+async def send_support_message(organizationId: str) -> Response:
+    caller = same_organization(organizationId)
+    await state().store.add_feedback(
+        body()["message"],
+        email=caller.user.email,
+        kind=FeedbackKind.SUPPORT,
+        org_id=caller.org_id,
+        user_id=caller.user_id,
+    )
+    return jsonify(_SUCCESS)

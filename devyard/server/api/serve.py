@@ -1,0 +1,72 @@
+"""Serving the control API with Hypercorn's trio worker, inside the caller's nursery.
+
+``serve_api`` binds the listener, reports the bound URL through ``task_status`` (so tests
+bind port 0 and learn the port) and serves until cancelled or until ``shutdown_trigger``
+returns. On the trigger Hypercorn stops accepting, gives requests in flight
+``config.shutdown_grace`` seconds, then returns; cancellation stops everything at once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Final
+from urllib.parse import urlsplit
+
+import attrs
+import trio
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.trio import serve
+
+from ..config import ListenAddress, ServerConfig
+from ..store.base import Store
+from .app import create_app
+
+log = logging.getLogger(__name__)
+
+__all__ = ["BoundServer", "serve_api"]
+
+_KEEP_ALIVE_S: Final = 75.0  # longer than common proxies' idle timeouts (60 s)
+
+
+@attrs.frozen
+class BoundServer:
+    """Where a started server listens."""
+
+    local_url: str  # http://HOST:PORT actually bound
+    base_url: str  # what clients are told: public_url, else local_url
+    port: int
+
+
+def _hypercorn_config(config: ServerConfig) -> HypercornConfig:
+    hyper = HypercornConfig()
+    hyper.bind = [str(config.listen)]
+    hyper.graceful_timeout = config.shutdown_grace
+    hyper.keep_alive_timeout = _KEEP_ALIVE_S
+    hyper.accesslog = None  # request lines could be logged by a proxy; we keep none
+    hyper.errorlog = logging.getLogger("hypercorn.error")
+    hyper.include_server_header = False
+    return hyper
+
+
+async def serve_api(
+    store: Store,
+    config: ServerConfig,
+    *,
+    shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
+    task_status: trio.TaskStatus[BoundServer] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve the control API over *store* (owned by the caller) until shut down."""
+    app = create_app(store, config)
+    async with trio.open_nursery() as nursery:
+        binds: list[str] = await nursery.start(
+            partial(serve, app, _hypercorn_config(config), shutdown_trigger=shutdown_trigger)
+        )
+        local_url = binds[0]
+        port = urlsplit(local_url).port or 0
+        # With port 0 the configured listen address does not say where clients go: the bind does.
+        base_url = attrs.evolve(config, listen=ListenAddress(config.listen.host, port)).base_url
+        bound = BoundServer(local_url=local_url, base_url=base_url, port=port)
+        log.info("control API listening on %s (base URL %s)", local_url, base_url)
+        task_status.started(bound)

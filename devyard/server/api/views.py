@@ -1,0 +1,82 @@
+"""Store records as the JSON objects of ``openapi.yaml`` (camelCase, RFC 3339 timestamps).
+
+One function per schema, named after it; the conformance tests check the output against the
+document, so a field added here without the document (or the reverse) fails a test.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from ..store import tokens
+from ..store.base import ApiKey, Member, Organization, User
+from .auth import Principal
+
+__all__ = [
+    "api_key_view",
+    "member_view",
+    "organization_view",
+    "timestamp",
+    "user_view",
+    "whoami_view",
+]
+
+JSON = dict[str, Any]
+
+
+def timestamp(value: datetime) -> str:
+    """RFC 3339 in UTC with a ``Z``."""
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _optional_timestamp(value: datetime | None) -> str | None:
+    return None if value is None else timestamp(value)
+
+
+def user_view(user: User) -> JSON:
+    return {
+        "id": user.id,
+        "name": user.name,
+        "email": user.email,
+        "createdAt": timestamp(user.created_at),
+    }
+
+
+def organization_view(organization: Organization) -> JSON:
+    settings = organization.settings
+    return {
+        "id": organization.id,
+        "name": organization.name,
+        "createdAt": timestamp(organization.created_at),
+        "settings": {
+            "inactivityTimeoutSeconds": settings.inactivity_timeout_s,
+            "iphoneDuoEnabled": settings.iphone_duo_enabled,
+        },
+    }
+
+
+def member_view(member: Member) -> JSON:
+    return {"user": user_view(member.user), "role": str(member.role)}
+
+
+def api_key_view(key: ApiKey) -> JSON:
+    return {
+        "id": key.id,
+        "name": key.name,
+        "userId": key.user_id,
+        "prefix": f"{tokens.API_KEY_PREFIX}_{key.lookup_id}",
+        "readOnly": key.read_only,
+        "createdAt": timestamp(key.created_at),
+        "lastUsedAt": _optional_timestamp(key.last_used_at),
+        "revokedAt": _optional_timestamp(key.revoked_at),
+    }
+
+
+def whoami_view(caller: Principal) -> JSON:
+    return {
+        "user": user_view(caller.user),
+        "organization": organization_view(caller.organization),
+        "role": str(caller.role),
+        "apiKey": api_key_view(caller.api_key),
+    }

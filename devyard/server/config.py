@@ -1,0 +1,304 @@
+"""The server's configuration: one frozen, validated value, loaded only at the edge.
+
+``load_server_config`` merges, from weakest to strongest: the defaults below, an optional
+TOML or YAML file, ``DEVYARD_*`` environment variables, command-line flags. The CLI calls it
+with ``os.environ``; nothing under ``devyard.server`` reads the environment itself.
+
+Keys (file key / environment variable):
+
+    data_dir            DEVYARD_DATA_DIR            directory of the SQLite file and admin key
+    listen              DEVYARD_LISTEN              HOST:PORT of the HTTP listener
+    database_url        DEVYARD_DATABASE_URL        postgresql://...; unset = SQLite in data_dir
+    public_url          DEVYARD_PUBLIC_URL          base URL clients use; unset = from listen
+    region              DEVYARD_REGION              the region this server serves
+    max_body_bytes      DEVYARD_MAX_BODY_BYTES      largest accepted request body
+    shutdown_grace      DEVYARD_SHUTDOWN_GRACE      seconds in-flight requests get on shutdown
+    [rate_limit]
+    enabled             DEVYARD_RATE_LIMIT_ENABLED  per-API-key token bucket on or off
+    rate                DEVYARD_RATE_LIMIT_RATE     tokens per second
+    burst               DEVYARD_RATE_LIMIT_BURST    bucket size
+
+Unknown keys in a file are an error. Of the environment only the names above are read
+(``DEVYARD_BASE_URL`` and ``DEVYARD_API_KEY`` belong to the client).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import tomllib
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+import attrs
+
+__all__ = [
+    "ENV_CONFIG_FILE",
+    "ConfigError",
+    "ListenAddress",
+    "RateLimitConfig",
+    "ServerConfig",
+    "load_server_config",
+    "redact_url",
+]
+
+ENV_PREFIX: Final = "DEVYARD_"
+ENV_CONFIG_FILE: Final = "DEVYARD_CONFIG"
+DEFAULT_PORT: Final = 8080
+
+
+class ConfigError(ValueError):
+    """The configuration is invalid; the message names the key and where it came from."""
+
+
+@attrs.frozen
+class ListenAddress:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+@attrs.frozen
+class RateLimitConfig:
+    enabled: bool = True
+    rate: float = 20.0
+    burst: int = 100
+
+
+def redact_url(url: str) -> str:
+    """*url* without its password, for logs and reprs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    user = parts.username or ""
+    return parts._replace(netloc=f"{user}:***@{netloc}").geturl()
+
+
+def _redacted_optional(url: str | None) -> str:
+    return "None" if url is None else repr(redact_url(url))
+
+
+@attrs.frozen
+class ServerConfig:
+    """Everything the server needs to start, already validated."""
+
+    data_dir: Path
+    listen: ListenAddress = ListenAddress("127.0.0.1", DEFAULT_PORT)
+    database_url: str | None = attrs.field(default=None, repr=_redacted_optional)
+    public_url: str | None = None
+    region: str = "local"
+    max_body_bytes: int = 1024 * 1024
+    shutdown_grace: float = 10.0
+    rate_limit: RateLimitConfig = RateLimitConfig()
+
+    @property
+    def base_url(self) -> str:
+        """The URL clients reach the API at: ``public_url``, else one derived from ``listen``."""
+        if self.public_url is not None:
+            return self.public_url.rstrip("/")
+        host = self.listen.host
+        if host in ("0.0.0.0", ""):  # noqa: S104 - comparing, not binding
+            host = "127.0.0.1"
+        elif host == "::":
+            host = "::1"
+        return f"http://{ListenAddress(host, self.listen.port)}"
+
+    @property
+    def sqlite_path(self) -> Path:
+        return self.data_dir / "devyard.sqlite3"
+
+    @property
+    def admin_key_path(self) -> Path:
+        return self.data_dir / "admin-api-key"
+
+
+# --- parsing: every value arrives as a string (env, flags) or a TOML/YAML scalar (file) ---------
+
+
+def _parse_listen(value: object) -> ListenAddress:
+    text = _str(value)
+    host, sep, port_text = text.rpartition(":")
+    if not sep or not port_text.isdigit():
+        raise ValueError(f"expected HOST:PORT, got {text!r}")
+    host = host.removeprefix("[").removesuffix("]")
+    if not host:
+        raise ValueError(f"expected HOST:PORT, got {text!r}")
+    port = int(port_text)
+    if not 0 <= port <= 65535:
+        raise ValueError(f"port must be 0-65535, got {port}")
+    if ":" in host:
+        ipaddress.IPv6Address(host)
+    return ListenAddress(host, port)
+
+
+def _parse_database_url(value: object) -> str:
+    text = _str(value)
+    if urlsplit(text).scheme not in ("postgresql", "postgres"):
+        raise ValueError("expected a postgresql:// URL (leave unset for SQLite in data_dir)")
+    return text
+
+
+def _parse_public_url(value: object) -> str:
+    text = _str(value)
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"expected an http:// or https:// URL, got {text!r}")
+    if parts.query or parts.fragment or parts.password:
+        raise ValueError("must not carry a query, fragment or password")
+    return text.rstrip("/")
+
+
+_REGION: Final = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+
+
+def _parse_region(value: object) -> str:
+    text = _str(value)
+    if not _REGION.match(text):
+        raise ValueError("expected lowercase letters, digits and dashes, at most 63")
+    return text
+
+
+def _str(value: object) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"expected a non-empty string, got {value!r}")
+    return value
+
+
+def _path(value: object) -> Path:
+    return Path(_str(value)).expanduser().absolute()
+
+
+def _bool(value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = _str(value).lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"expected true or false, got {value!r}")
+
+
+def _number(value: object, kind: Callable[[str], float]) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"expected a number, got {value!r}")
+    return kind(str(value)) if isinstance(value, str) else value
+
+
+def _positive_int(value: object) -> int:
+    number = _number(value, int)
+    if not isinstance(number, int) or number < 1:
+        raise ValueError(f"expected a positive integer, got {value!r}")
+    return number
+
+
+def _positive_float(value: object) -> float:
+    number = float(_number(value, float))
+    if not 0 < number < float("inf"):
+        raise ValueError(f"expected a positive number, got {value!r}")
+    return number
+
+
+def _non_negative_float(value: object) -> float:
+    number = float(_number(value, float))
+    if not 0 <= number < float("inf"):
+        raise ValueError(f"expected a number >= 0, got {value!r}")
+    return number
+
+
+_PARSERS: Final[dict[str, Callable[[object], Any]]] = {
+    "data_dir": _path,
+    "listen": _parse_listen,
+    "database_url": _parse_database_url,
+    "public_url": _parse_public_url,
+    "region": _parse_region,
+    "max_body_bytes": _positive_int,
+    "shutdown_grace": _non_negative_float,
+    "rate_limit.enabled": _bool,
+    "rate_limit.rate": _positive_float,
+    "rate_limit.burst": _positive_int,
+}
+
+
+def _env_name(key: str) -> str:
+    return ENV_PREFIX + key.replace(".", "_").upper()
+
+
+def _flatten(table: Mapping[str, object], source: str, prefix: str = "") -> dict[str, object]:
+    flat: dict[str, object] = {}
+    for name, value in table.items():
+        key = f"{prefix}{name}"
+        if isinstance(value, Mapping):
+            flat.update(_flatten(value, source, prefix=f"{key}."))
+        elif key in _PARSERS:
+            flat[key] = value
+        else:
+            raise ConfigError(f"{source}: unknown key {key!r}")
+    return flat
+
+
+def read_config_file(path: Path) -> dict[str, object]:
+    """The keys of a TOML (``.toml``) or YAML (``.yaml``/``.yml``) file, flattened."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
+    try:
+        if path.suffix == ".toml":
+            data: object = tomllib.loads(text)
+        elif path.suffix in (".yaml", ".yml"):
+            import yaml  # noqa: PLC0415 - only files that need it pay for it
+
+            data = yaml.safe_load(text) or {}
+        else:
+            raise ConfigError(f"{path}: config files are .toml, .yaml or .yml")
+    except (tomllib.TOMLDecodeError, ValueError) as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError(f"{path}: {exc}") from exc
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{path}: expected a table of keys at the top level")
+    return _flatten(data, str(path))
+
+
+def load_server_config(
+    *,
+    flags: Mapping[str, object] | None = None,
+    env: Mapping[str, str] | None = None,
+    file: Path | None = None,
+    defaults: Mapping[str, object] | None = None,
+) -> ServerConfig:
+    """Merge *defaults* < *file* < *env* < *flags* (flags keyed like file keys; None = unset)."""
+    env = env or {}
+    if file is None and env.get(ENV_CONFIG_FILE):
+        file = Path(env[ENV_CONFIG_FILE])
+    layers: list[tuple[str, Mapping[str, object]]] = [("default", defaults or {})]
+    if file is not None:
+        layers.append((str(file), read_config_file(file)))
+    layers.append(("environment", {k: env[_env_name(k)] for k in _PARSERS if _env_name(k) in env}))
+    layers.append(("flag", {k: v for k, v in (flags or {}).items() if v is not None}))
+
+    values: dict[str, object] = {}
+    for source, layer in layers:
+        for key, raw in layer.items():
+            parser = _PARSERS.get(key)
+            if parser is None:
+                raise ConfigError(f"{source}: unknown key {key!r}")
+            where = _env_name(key) if source == "environment" else key
+            try:
+                values[key] = parser(raw)
+            except ValueError as exc:
+                raise ConfigError(f"{source} {where}: {exc}") from exc
+    if "data_dir" not in values:
+        raise ConfigError(f"data_dir is required (--data-dir or {_env_name('data_dir')})")
+    limits: dict[str, Any] = {
+        k.split(".", 1)[1]: v for k, v in values.items() if k.startswith("rate_limit.")
+    }
+    rate_limit = RateLimitConfig(**limits)
+    top: dict[str, Any] = {k: v for k, v in values.items() if "." not in k}
+    return ServerConfig(rate_limit=rate_limit, **top)

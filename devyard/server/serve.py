@@ -1,0 +1,144 @@
+"""The server's processes: ``devyard server``, ``devyard up`` and ``devyard admin bootstrap``.
+
+``serve_server`` is the server as a trio task: it opens the store the config names, serves the
+control API until cancelled or until ``shutdown_trigger`` returns, and closes the store.
+``run_server`` and ``run_admin_bootstrap`` are the CLI's trio mains: they add signals (the
+first SIGINT or SIGTERM starts a graceful shutdown of ``config.shutdown_grace`` seconds, a
+second one stops at once), the first-start bootstrap of ``up``, and what a person reads.
+
+The admin key is printed to the terminal (stdout) exactly once, by the start that created it;
+it is never logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from functools import partial
+from typing import TYPE_CHECKING, TextIO
+
+import trio
+
+from .bootstrap import FirstStart, bootstrap_organization, first_start
+from .config import ServerConfig
+from .store import Store, open_store
+
+if TYPE_CHECKING:
+    from .api.serve import BoundServer
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "open_configured_store",
+    "run_admin_bootstrap",
+    "run_server",
+    "serve_server",
+    "store_target",
+]
+
+
+def store_target(config: ServerConfig) -> str:
+    """What ``open_store`` opens: the PostgreSQL URL, else the SQLite file in ``data_dir``."""
+    return config.database_url or str(config.sqlite_path)
+
+
+def _make_data_dir(config: ServerConfig) -> None:
+    config.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+
+@asynccontextmanager
+async def open_configured_store(config: ServerConfig) -> AsyncIterator[Store]:
+    """The store of *config*, migrated; the data directory is created (0700) if missing."""
+    await trio.to_thread.run_sync(_make_data_dir, config)
+    async with open_store(store_target(config)) as store:
+        yield store
+
+
+async def serve_server(
+    config: ServerConfig,
+    *,
+    shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
+    task_status: trio.TaskStatus[BoundServer] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Open the store and serve the control API; ``task_status`` gets the ``BoundServer``."""
+    from .api.serve import serve_api  # noqa: PLC0415 - the web stack loads only to serve
+
+    async with open_configured_store(config) as store:
+        await serve_api(store, config, shutdown_trigger=shutdown_trigger, task_status=task_status)
+
+
+async def _watch_signals(
+    receiver: AsyncIterator[int], shutdown: trio.Event, cancel_scope: trio.CancelScope
+) -> None:
+    async for signum in receiver:
+        name = signal.Signals(signum).name
+        if shutdown.is_set():
+            log.warning("%s again: stopping now", name)
+            cancel_scope.cancel()
+            return
+        log.info("%s: shutting down (in-flight requests get a grace period)", name)
+        shutdown.set()
+
+
+def _say(out: TextIO, text: str) -> None:
+    print(text, file=out, flush=True)
+
+
+def _banner(
+    out: TextIO, bound: BoundServer, config: ServerConfig, first: FirstStart | None
+) -> None:
+    _say(out, f"devyard is serving at {bound.base_url}")
+    if first is None:
+        return
+    if first.new_key is not None:
+        _say(out, f"admin API key (shown once; saved to {first.key_file}, mode 0600):")
+        _say(out, f"  {first.new_key}")
+        _say(
+            out,
+            f'try: curl -H "Authorization: Bearer $(cat {first.key_file})" {bound.base_url}/whoami',
+        )
+    elif first.key_file_exists:
+        _say(out, f"admin API key: in {first.key_file}")
+    else:
+        _say(
+            out,
+            f"no admin API key file at {first.key_file}, and organizations exist already; "
+            f"make a key with: devyard admin bootstrap --data-dir {config.data_dir} --org NAME",
+        )
+
+
+async def run_server(config: ServerConfig, *, out: TextIO, bootstrap: bool) -> int:
+    """``devyard server`` (``bootstrap=False``) and ``devyard up`` (``bootstrap=True``)."""
+    from .api.serve import serve_api  # noqa: PLC0415
+
+    shutdown = trio.Event()
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as receiver:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_watch_signals, receiver, shutdown, nursery.cancel_scope)
+            async with open_configured_store(config) as store:
+                first = await first_start(store, config.admin_key_path) if bootstrap else None
+                async with trio.open_nursery() as serving:
+                    bound: BoundServer = await serving.start(
+                        partial(serve_api, store, config, shutdown_trigger=shutdown.wait)
+                    )
+                    _banner(out, bound, config, first)
+            # The API returned: a graceful shutdown is complete. Stop watching signals.
+            nursery.cancel_scope.cancel()
+    return 0
+
+
+async def run_admin_bootstrap(
+    config: ServerConfig, *, org_name: str, user_name: str, out: TextIO
+) -> int:
+    """``devyard admin bootstrap``: print a new admin key of *org_name* (created if missing)."""
+    async with open_configured_store(config) as store:
+        result = await bootstrap_organization(store, org_name=org_name, user_name=user_name)
+    _say(
+        out,
+        f"organization {result.organization.name} ({result.organization.id}), "
+        f"admin user {result.user.name}; new API key (shown once):",
+    )
+    _say(out, result.plaintext_key)
+    return 0
