@@ -9,7 +9,9 @@
 //	entry -listen ADDR -carrier ADDR   go_yamux bench path: yamux client over one TCP carrier
 //	exit -listen ADDR -sink ADDR       go_yamux bench path: yamux server that dials the sink
 //
-// Every listening mode prints "LISTEN host:port" on stdout once it is bound.
+// Every listening mode prints "LISTEN host:port" on stdout once it is bound. With -lifeline,
+// sink, entry and exit exit when their stdin reaches EOF, so a harness that dies without
+// cleaning up (SIGKILL) does not leave them listening: its end of the pipe closes with it.
 //
 // Note on half-close: in the yamux snapshot Debian ships (2019), Stream.Close sends FIN, but a
 // Read after a local Close returns io.EOF as soon as the receive buffer is momentarily empty.
@@ -80,6 +82,21 @@ func listen(addr string) net.Listener {
 	}
 	say("LISTEN %s", ln.Addr().String())
 	return ln
+}
+
+// lifeline exits the process when stdin reaches EOF (the parent's end of the pipe closed).
+func lifeline(fs *flag.FlagSet) *bool {
+	return fs.Bool("lifeline", false, "exit when stdin reaches EOF")
+}
+
+func watchLifeline(on *bool) {
+	if !*on {
+		return
+	}
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		os.Exit(0)
+	}()
 }
 
 func yamuxConfig(quiet bool) *yamux.Config {
@@ -273,8 +290,10 @@ func peerOpenOne(sess *yamux.Session, size int) error {
 //	           listening sides and the load client never runs out of ephemeral ports)
 func runSink(args []string) {
 	fs := flag.NewFlagSet("sink", flag.ExitOnError)
+	live := lifeline(fs)
 	addr := fs.String("listen", "127.0.0.1:0", "listen address")
 	_ = fs.Parse(args)
+	watchLifeline(live)
 	ln := listen(*addr)
 	for {
 		c, err := ln.Accept()
@@ -505,9 +524,11 @@ func splice(a, b net.Conn) {
 
 func runEntry(args []string) {
 	fs := flag.NewFlagSet("entry", flag.ExitOnError)
+	live := lifeline(fs)
 	addr := fs.String("listen", "127.0.0.1:0", "where load clients connect")
 	carrier := fs.String("carrier", "", "the exit's carrier address")
 	_ = fs.Parse(args)
+	watchLifeline(live)
 	conn, err := net.Dial("tcp", *carrier)
 	if err != nil {
 		fail("dial carrier %s: %v", *carrier, err)
@@ -539,9 +560,11 @@ func runEntry(args []string) {
 
 func runExit(args []string) {
 	fs := flag.NewFlagSet("exit", flag.ExitOnError)
+	live := lifeline(fs)
 	addr := fs.String("listen", "127.0.0.1:0", "where the entry's carrier connects")
 	sink := fs.String("sink", "", "the address every stream is dialed to")
 	_ = fs.Parse(args)
+	watchLifeline(live)
 	ln := listen(*addr)
 	conn, err := ln.Accept()
 	if err != nil {

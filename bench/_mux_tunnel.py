@@ -1,0 +1,159 @@
+"""The `mux_tcp` and `mux_ws` bench paths: devyard's session over one carrier connection.
+
+    python -m bench._mux_tunnel exit --carrier tcp|ws --sink HOST:PORT
+    python -m bench._mux_tunnel entry --carrier tcp|ws --connect HOST:PORT
+
+The exit listens for exactly one carrier (a TCP connection, or a WebSocket on it), runs the
+session as server (even stream ids) and dials the sink for every stream the entry opens. The
+entry dials the carrier, runs the session as client (odd ids), listens for load clients and
+opens one stream per accepted connection. Both copy with `devyard.core.splice`, so the bench
+measures the core as the tunnel will use it. Each announces `LISTEN host:port` once its
+listener is bound (the entry only after its session is up).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from functools import partial
+from typing import Final
+
+import trio
+import trio_websocket
+
+from bench._child import (
+    CONNECTION_ERRORS,
+    LOOPBACK,
+    announce,
+    listener_port,
+    open_listener,
+    parse_addr,
+    run_with_lifeline,
+    serve,
+)
+from devyard.core import MuxStream, SessionConfig, WebSocketStream, open_session, splice
+from devyard.core.session import Session
+
+# trio-websocket reads the socket in receive_buffer_size chunks (default 4 KiB, several times
+# slower); messages carry whole frames, several per message, so allow well over one 64 KiB frame.
+WS_RECEIVE_BUFFER: Final = 256 * 1024
+WS_MAX_MESSAGE: Final = 4 * 1024 * 1024
+WS_RESOURCE: Final = "/mux"
+
+
+async def _run_exit_session(transport: trio.abc.Stream, sink: tuple[str, int]) -> None:
+    async with (
+        open_session(transport, client=False, config=SessionConfig()) as session,
+        trio.open_nursery() as nursery,
+    ):
+        while True:
+            try:
+                stream = await session.accept_stream()
+            except trio.EndOfChannel:
+                break
+            nursery.start_soon(_to_sink, stream, sink)
+
+
+async def _to_sink(stream: MuxStream, sink: tuple[str, int]) -> None:
+    try:
+        upstream = await trio.open_tcp_stream(*sink)
+        async with upstream:
+            await splice(stream, upstream)
+    except* CONNECTION_ERRORS:
+        pass
+    finally:
+        await trio.aclose_forcefully(stream)
+
+
+async def _exit_tcp(sink: tuple[str, int]) -> None:
+    listener = await open_listener()
+    announce(LOOPBACK, listener_port(listener))
+    async with listener:
+        carrier = await listener.accept()
+    async with carrier:
+        await _run_exit_session(carrier, sink)
+
+
+async def _exit_ws(sink: tuple[str, int]) -> None:
+    done = trio.Event()
+
+    async def handler(request: trio_websocket.WebSocketRequest) -> None:
+        connection = await request.accept()
+        try:
+            await _run_exit_session(WebSocketStream(connection), sink)
+        finally:
+            done.set()
+
+    async with trio.open_nursery() as nursery:
+        server = await nursery.start(
+            partial(
+                trio_websocket.serve_websocket,
+                handler,
+                LOOPBACK,
+                0,
+                None,
+                receive_buffer_size=WS_RECEIVE_BUFFER,
+                max_message_size=WS_MAX_MESSAGE,
+            )
+        )
+        announce(LOOPBACK, server.port)
+        await done.wait()
+        nursery.cancel_scope.cancel()
+
+
+async def _from_client(session: Session, client: trio.SocketStream) -> None:
+    stream = await session.open_stream()
+    try:
+        await splice(client, stream)
+    finally:
+        await trio.aclose_forcefully(stream)
+
+
+async def _run_entry_session(transport: trio.abc.Stream) -> None:
+    async with open_session(transport, client=True, config=SessionConfig()) as session:
+        listener = await open_listener()
+        announce(LOOPBACK, listener_port(listener))
+        await serve(listener, partial(_from_client, session))
+
+
+async def _entry_tcp(carrier: tuple[str, int]) -> None:
+    transport = await trio.open_tcp_stream(*carrier)
+    async with transport:
+        await _run_entry_session(transport)
+
+
+async def _entry_ws(carrier: tuple[str, int]) -> None:
+    async with trio_websocket.open_websocket(
+        carrier[0],
+        carrier[1],
+        WS_RESOURCE,
+        use_ssl=False,
+        receive_buffer_size=WS_RECEIVE_BUFFER,
+        max_message_size=WS_MAX_MESSAGE,
+    ) as connection:
+        await _run_entry_session(WebSocketStream(connection))
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench._mux_tunnel")
+    parser.add_argument("role", choices=["entry", "exit"])
+    parser.add_argument("--carrier", choices=["tcp", "ws"], required=True)
+    parser.add_argument("--connect", help="entry: the exit's carrier address")
+    parser.add_argument("--sink", help="exit: the sink's address")
+    args = parser.parse_args(argv)
+    if args.role == "entry":
+        if not args.connect:
+            parser.error("entry needs --connect")
+        entry = _entry_tcp if args.carrier == "tcp" else _entry_ws
+        body = partial(entry, parse_addr(args.connect))
+    else:
+        if not args.sink:
+            parser.error("exit needs --sink")
+        exit_ = _exit_tcp if args.carrier == "tcp" else _exit_ws
+        body = partial(exit_, parse_addr(args.sink))
+    trio.run(run_with_lifeline, body)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,288 @@
+"""`python -m bench mux`: the multiplexer against its peers, side by side, on loopback.
+
+Paths (bench/_paths.py): direct, trio_proxy, mux_tcp, mux_ws, go_yamux, ssh_L. The load client
+and the sink are the same two Go processes for every path (bench/goyamux, modes `client` and
+`sink`), so only the middle changes between rows.
+
+Figures: bulk throughput received by the client (Gbit/s; 1 stream, and 4 streams at once) and
+the stream-open rate (opens/s: connect, 1-byte echo, the far end closes, close; several workers
+at once). All paths are started first and then measured in interleaved rounds, so a burst of
+load from elsewhere on the machine lands on every path rather than on one; each figure is the
+median of its rounds. The last line printed is one JSON object; see bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import statistics
+import sys
+import tempfile
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+import trio
+
+from bench._gopeer import go_peer
+from bench._paths import (
+    PATHS,
+    START_TIMEOUT,
+    Context,
+    PathUnavailable,
+    RunningPath,
+    addr,
+    open_path,
+)
+from bench._procs import Child, ChildError, spawn
+
+METRICS: Final = ("gbps_1", "gbps_4", "opens_per_s")
+COMMAND_SLACK: Final = 30.0  # beyond warmup + duration: connects, teardown, a slow path
+
+TARGETS: Final = (
+    # (numerator, denominator, minimum ratio), each "path.metric"; from issue 2
+    ("mux_tcp.gbps_1", "trio_proxy.gbps_1", 0.5),
+    ("mux_tcp.gbps_1", "go_yamux.gbps_1", 1.5),
+    ("mux_tcp.opens_per_s", "go_yamux.opens_per_s", 1.0),
+    ("mux_ws.gbps_1", "mux_tcp.gbps_1", 0.6),
+    ("mux_ws.gbps_4", "mux_tcp.gbps_4", 0.6),
+    ("mux_ws.opens_per_s", "mux_tcp.opens_per_s", 0.6),
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    warmup: float
+    duration: float
+    rounds: int
+    open_workers: int
+    paths: tuple[str, ...]
+
+
+@dataclass
+class PathResult:
+    name: str
+    samples: dict[str, list[float]] = field(default_factory=lambda: {m: [] for m in METRICS})
+    notes: list[str] = field(default_factory=list)
+
+    def value(self, metric: str) -> float | None:
+        samples = self.samples[metric]
+        return statistics.median(samples) if samples else None
+
+    def note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+
+    def as_json(self) -> dict[str, float | None]:
+        values = {m: self.value(m) for m in METRICS}
+        return {m: None if v is None else round(v, 3) for m, v in values.items()}
+
+
+async def _client_command(client: Child, line: str, budget: float) -> dict[str, Any]:
+    with trio.fail_after(budget + COMMAND_SLACK):
+        await client.send_line(line)
+        reply: dict[str, Any] = json.loads(await client.readline())
+    return reply
+
+
+async def measure(client: Child, path: RunningPath, s: Settings, result: PathResult) -> None:
+    """One round on one path: bulk x1, bulk x4, opens."""
+    target = addr(path.address)
+    budget = s.warmup + s.duration
+    for streams in (1, 4):
+        reply = await _client_command(
+            client, f"bulk {target} {streams} {s.warmup} {s.duration}", budget
+        )
+        if "error" in reply:
+            result.note(f"bulk x{streams}: {reply['error']}")
+        else:
+            result.samples[f"gbps_{streams}"].append(float(reply["gbps"]))
+            if reply.get("errors"):
+                result.note(f"bulk x{streams}: {reply['errors']} connections broke early")
+        await trio.sleep(0.2)  # let the last run's connections finish tearing down
+    reply = await _client_command(
+        client, f"opens {target} {s.open_workers} {s.warmup} {s.duration}", budget
+    )
+    if "error" in reply:
+        result.note(f"opens: {reply['error']} ({reply.get('last_error', '')})")
+    else:
+        result.samples["opens_per_s"].append(float(reply["opens_per_s"]))
+        if reply.get("errors"):
+            result.note(f"opens: {reply['errors']} failed, last: {reply.get('last_error', '?')}")
+    await trio.sleep(0.2)
+
+
+async def run(settings: Settings) -> tuple[list[PathResult], dict[str, str]]:
+    peer = go_peer()
+    if peer.path is None:
+        raise PathUnavailable(f"the Go load client and sink cannot be built: {peer.reason}")
+    go = str(peer.path)
+    results: dict[str, PathResult] = {}
+    skipped: dict[str, str] = {}
+    with tempfile.TemporaryDirectory(prefix="devyard-bench-") as tmp:
+        logdir = Path(tmp)
+        async with AsyncExitStack() as stack:
+            sink = await stack.enter_async_context(
+                spawn("sink", [go, "sink", "-lifeline", "-listen", "127.0.0.1:0"], logdir=logdir)
+            )
+            client = await stack.enter_async_context(spawn("client", [go, "client"], logdir=logdir))
+            with trio.fail_after(START_TIMEOUT):
+                sink_addr = await sink.wait_listen()
+            ctx = Context(peer.path, sink_addr, logdir)
+
+            running: list[RunningPath] = []
+            for name in settings.paths:
+                try:
+                    running.append(await stack.enter_async_context(open_path(name, ctx)))
+                except PathUnavailable as exc:
+                    skipped[name] = str(exc)
+                except (ChildError, trio.TooSlowError) as exc:
+                    skipped[name] = f"did not start: {exc or 'timed out'}"
+                else:
+                    results[name] = PathResult(name)
+
+            for round_ in range(settings.rounds):
+                for path in list(running):
+                    print(f"# round {round_ + 1}/{settings.rounds}: {path.name}", file=sys.stderr)
+                    result = results[path.name]
+                    try:
+                        await measure(client, path, settings, result)
+                    except trio.TooSlowError:
+                        result.note("a measurement timed out; path dropped")
+                        running.remove(path)
+                    if (dead := path.dead()) is not None:
+                        result.note(f"{dead.name} died: {dead.tail_note(3).strip()}")
+                        running.remove(path)
+                    if sink.process.returncode is not None:
+                        raise ChildError(f"the sink died{sink.tail_note()}")
+    return list(results.values()), skipped
+
+
+def _fmt(result: PathResult, metric: str, digits: int) -> str:
+    samples = result.samples[metric]
+    if not samples:
+        return "-"
+    text = f"{statistics.median(samples):.{digits}f}"
+    if len(samples) > 1:
+        text += f" ({min(samples):.{digits}f}-{max(samples):.{digits}f})"
+    return text
+
+
+def print_table(results: list[PathResult], skipped: dict[str, str]) -> None:
+    rows = [("path", "Gbit/s x1", "Gbit/s x4", "opens/s", "notes")]
+    for r in results:
+        rows.append(
+            (
+                r.name,
+                _fmt(r, "gbps_1", 2),
+                _fmt(r, "gbps_4", 2),
+                _fmt(r, "opens_per_s", 0),
+                "; ".join(r.notes),
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    for row in rows:
+        cells = [row[0].ljust(widths[0])] + [
+            c.rjust(w) for c, w in zip(row[1:4], widths[1:], strict=True)
+        ]
+        print("  ".join(cells), " ", row[4])
+    for name, why in skipped.items():
+        print(f"{name.ljust(widths[0])}  left out: {why.strip().splitlines()[0]}")
+
+
+def print_targets(results: list[PathResult]) -> None:
+    by_name = {r.name: r for r in results}
+
+    def get(ref: str) -> float | None:
+        name, metric = ref.split(".")
+        return by_name[name].value(metric) if name in by_name else None
+
+    print("\ntargets of issue 2 (informational; medians):")
+    for num_ref, den_ref, minimum in TARGETS:
+        label = f"{num_ref} / {den_ref}"
+        num, den = get(num_ref), get(den_ref)
+        if num is None or den is None or den == 0:
+            print(f"  {label:<44} >= {minimum:<4}   n/a (not measured)")
+            continue
+        ratio = num / den
+        verdict = "met" if ratio >= minimum else "NOT met"
+        print(f"  {label:<44} >= {minimum:<4} {ratio:6.2f}  {verdict}")
+
+
+async def _main(settings: Settings) -> int:
+    """Run the bench; SIGTERM or SIGHUP end it like Ctrl-C: every child is ended on the way."""
+    outcome: list[tuple[list[PathResult], dict[str, str]]] = []
+    async with trio.open_nursery() as nursery:
+
+        async def on_signal() -> None:
+            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP) as signals:
+                async for _ in signals:
+                    nursery.cancel_scope.cancel()
+                    return
+
+        async def body() -> None:
+            outcome.append(await run(settings))
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(on_signal)
+        nursery.start_soon(body)
+    if not outcome:
+        print("bench mux: stopped by a signal; helper processes ended", file=sys.stderr)
+        return 143
+    results, skipped = outcome[0]
+    load = os.getloadavg()[0]
+    print(
+        f"\nbench mux: loopback, {os.cpu_count()} CPUs (load {load:.1f} at the end), "
+        f"Python {platform.python_version()}, {settings.rounds} round(s) of "
+        f"{settings.duration:g} s windows after {settings.warmup:g} s warmup, "
+        f"{settings.open_workers} open workers; median (min-max)\n"
+    )
+    print_table(results, skipped)
+    print_targets(results)
+    print(
+        json.dumps(
+            {"bench": "mux", "results": {r.name: r.as_json() for r in results}},
+            separators=(",", ":"),
+        ),
+        flush=True,
+    )
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench mux",
+        description="Throughput and stream-open rate of devyard's mux and its peers on loopback.",
+    )
+    parser.add_argument("--quick", action="store_true", help="one short round: under 60 s")
+    parser.add_argument("--rounds", type=int, help="rounds over all paths (default 3, quick 1)")
+    parser.add_argument("--duration", type=float, help="seconds measured per figure")
+    parser.add_argument("--warmup", type=float, help="seconds before each measured window")
+    parser.add_argument("--open-workers", type=int, default=4, help="concurrent openers")
+    parser.add_argument(
+        "--paths", default=",".join(PATHS), help=f"comma-separated subset of {','.join(PATHS)}"
+    )
+    args = parser.parse_args(argv)
+    paths = tuple(p for p in args.paths.split(",") if p)
+    unknown = [p for p in paths if p not in PATHS]
+    if unknown:
+        parser.error(f"unknown paths: {', '.join(unknown)}")
+    settings = Settings(
+        warmup=args.warmup if args.warmup is not None else (0.3 if args.quick else 0.5),
+        duration=args.duration if args.duration is not None else (1.0 if args.quick else 2.5),
+        rounds=args.rounds if args.rounds is not None else (1 if args.quick else 3),
+        open_workers=args.open_workers,
+        paths=paths,
+    )
+    try:
+        return trio.run(_main, settings)
+    except PathUnavailable as exc:
+        print(f"bench mux: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("bench mux: interrupted; helper processes ended", file=sys.stderr)
+        return 130
