@@ -69,7 +69,7 @@ def _translate(exc: psycopg.Error) -> Exception:
         return unique_conflict(diag.table_name or "?", postgres_unique_columns(diag.message_detail))
     if isinstance(exc, pg_errors.ForeignKeyViolation):
         return Conflict("a referenced object does not exist (deleted meanwhile?)")
-    if isinstance(exc, pg_errors.IntegrityConstraintViolation):
+    if isinstance(exc, psycopg.IntegrityError):
         return InvalidValue(exc.diag.message_primary or str(exc))
     if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
         return StoreUnavailable(str(exc).strip())
