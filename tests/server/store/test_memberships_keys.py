@@ -229,7 +229,11 @@ async def test_feedback_and_support_messages(store: Store, clock: FakeClock) -> 
     acme, alice = await org_with_admin(store)
     anonymous = await store.add_feedback("love it")
     assert is_id(Kind.FEEDBACK, anonymous.id)
-    assert (anonymous.kind, anonymous.email, anonymous.org_id) == (FeedbackKind.FEEDBACK, None, None)
+    assert (anonymous.kind, anonymous.email, anonymous.org_id) == (
+        FeedbackKind.FEEDBACK,
+        None,
+        None,
+    )
     assert anonymous.created_at == clock.now
     signed = await store.add_feedback("bug", email="x@example.com")
     support = await store.add_feedback(
