@@ -24,6 +24,7 @@ from typing import Final
 from .database import Database, Dialect, Tx
 from .errors import MigrationError
 from .schema import MIGRATIONS, Migration
+from .threads import Interrupted
 
 __all__ = ["applied_versions", "migrate"]
 
@@ -75,8 +76,15 @@ def _step(tx: Tx, migrations: Sequence[Migration], now: datetime) -> int | None:
     for migration in migrations:
         if migration.version in applied:
             continue
-        for statement in migration.render(dialect):
-            tx.execute(statement)
+        try:
+            for statement in migration.render(dialect):
+                tx.execute(statement)
+        except Interrupted:
+            raise
+        except Exception as exc:  # the driver's error, before translation: say which step
+            raise MigrationError(
+                f"migration {migration.version} ({migration.name}) failed: {exc}"
+            ) from exc
         tx.execute(
             "INSERT INTO schema_migrations (version, name, checksum, applied_at)"
             " VALUES (:version, :name, :checksum, :applied_at)",

@@ -3,8 +3,9 @@
 Theory of operation. The pool holds up to ``max_connections`` autocommit connections; the
 backend issues each transaction with ``conn.transaction()``. A `trio.CapacityLimiter` of the
 same size admits calls, so a worker that holds a token finds a connection without waiting
-(except while the pool reconnects after a database restart: then `getconn` waits up to
-``connect_timeout_s`` and the call fails with `StoreUnavailable`). Reads and writes share the
+(except while the pool reconnects after a database restart: then the call waits up to
+`CONNECT_TIMEOUT_S`, in short slices so that cancellation is noticed, and fails with
+`StoreUnavailable`). Reads and writes share the
 pool: PostgreSQL handles concurrent writers itself.
 
 Cancellation: when the calling task is cancelled, `threads.run_interruptible` sends a cancel
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import re
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
@@ -51,6 +53,7 @@ T = TypeVar("T")
 
 DEFAULT_MAX_CONNECTIONS: Final = 10
 CONNECT_TIMEOUT_S: Final = 10.0
+_CONNECT_SLICE_S: Final = 0.1
 CANCEL_TIMEOUT_S: Final = 5.0
 
 _NAMED_PARAM: Final = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
@@ -109,16 +112,26 @@ def _cancel(conn: psycopg.Connection[Any]) -> None:
     conn.cancel_safe(timeout=CANCEL_TIMEOUT_S)
 
 
+def _getconn(pool: ConnectionPool[Any], interruptible: Interruptible[Any]) -> Any:
+    """Borrow a connection, checking for an interrupt between short waits: a wait happens
+    only while the pool (re)connects, and the caller's cancel scope must still work then."""
+    deadline = time.monotonic() + CONNECT_TIMEOUT_S
+    while True:
+        interruptible.check()
+        try:
+            return pool.getconn(timeout=_CONNECT_SLICE_S)
+        except PoolTimeout as exc:
+            if time.monotonic() > deadline:
+                raise StoreUnavailable(f"no database connection: {exc}") from exc
+
+
 def _transaction(
     pool: ConnectionPool[Any],
     fn: Callable[[Tx], T],
     interruptible: Interruptible[psycopg.Connection[Any]],
 ) -> T:
     """Worker thread: borrow a connection and run ``fn`` in one transaction on it."""
-    try:
-        conn = pool.getconn()
-    except PoolTimeout as exc:
-        raise StoreUnavailable(f"no database connection: {exc}") from exc
+    conn = _getconn(pool, interruptible)
     try:
         interruptible.attach(conn)
         try:
@@ -180,7 +193,8 @@ async def open_postgres_database(
 ) -> AsyncIterator[PostgresDatabase]:
     """Connect a pool to ``url`` (a libpq URL or conninfo); close it on exit.
 
-    Raises `StoreUnavailable` if no connection can be made within `CONNECT_TIMEOUT_S`.
+    Raises `StoreUnavailable` if no connection can be made within `CONNECT_TIMEOUT_S`; the
+    caller's cancel scope can give up sooner.
     """
     if max_connections < 1:
         raise ValueError("max_connections must be at least 1")
@@ -193,16 +207,10 @@ async def open_postgres_database(
         timeout=CONNECT_TIMEOUT_S,
         name="devyard-store",
     )
-    try:
-        await trio.to_thread.run_sync(partial(pool.open, wait=True, timeout=CONNECT_TIMEOUT_S))
-    except BaseException as exc:
-        with trio.CancelScope(shield=True):
-            await trio.to_thread.run_sync(partial(pool.close, timeout=0))
-        if isinstance(exc, PoolTimeout | psycopg.Error):
-            raise StoreUnavailable(f"cannot connect to PostgreSQL: {exc}") from exc
-        raise
+    await trio.to_thread.run_sync(partial(pool.open, wait=False))
     db = PostgresDatabase(pool, max_connections)
     try:
+        await db.read(lambda tx: tx.fetchone("SELECT 1 AS ok"))  # reachable, or fail now
         yield db
     finally:
         await db.aclose()

@@ -16,6 +16,7 @@ BEGIN/COMMIT/ROLLBACK itself, the driver none. A cancelled call is stopped with
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
@@ -33,7 +34,8 @@ __all__ = ["SqliteDatabase", "open_sqlite_database"]
 T = TypeVar("T")
 
 DEFAULT_READERS: Final = 4
-BUSY_TIMEOUT_S: Final = 10.0
+BUSY_TIMEOUT_S: Final = 10.0  # how long a transaction waits for another process's lock
+_BUSY_SLICE_S: Final = 0.05  # SQLite's own busy wait, which sqlite3_interrupt cannot cut
 
 
 def _dict_row(cursor: sqlite3.Cursor, row: tuple[Any, ...]) -> dict[str, Any]:
@@ -42,7 +44,7 @@ def _dict_row(cursor: sqlite3.Cursor, row: tuple[Any, ...]) -> dict[str, Any]:
 
 def _connect(path: str, *, writer: bool) -> sqlite3.Connection:
     conn = sqlite3.connect(
-        path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+        path, timeout=_BUSY_SLICE_S, isolation_level=None, check_same_thread=False
     )
     try:
         conn.row_factory = _dict_row
@@ -98,6 +100,20 @@ class _SqliteTx:
         return list(self._cursor(sql, params).fetchall())
 
 
+def _begin(conn: sqlite3.Connection, begin: str, interruptible: Interruptible[Any]) -> None:
+    """BEGIN, waiting for another process's lock in short slices so that an interrupt
+    (which does not reach SQLite's busy handler) is noticed between them."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            conn.execute(begin)
+            return
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:
+                raise
+        interruptible.check()
+
+
 def _interrupt(conn: sqlite3.Connection) -> None:
     conn.interrupt()
 
@@ -112,7 +128,7 @@ def _transaction(
     try:
         interruptible.attach(conn)
         try:
-            conn.execute(begin)
+            _begin(conn, begin, interruptible)
             try:
                 result = fn(_SqliteTx(conn, interruptible))
                 conn.execute("COMMIT")
