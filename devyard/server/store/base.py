@@ -256,7 +256,8 @@ class Store(Protocol):
         """Idempotent: revoking a revoked key returns it unchanged."""
 
     async def touch_api_key(self, key_id: str, *, at: datetime | None = None) -> None:
-        """Records a use (``at`` defaults to the store's clock). Never moves it backwards."""
+        """Records a use (``at`` defaults to the store's clock). Never moves it backwards;
+        an unknown key is not an error (it may have been deleted since authentication)."""
 
     # -- feedback and support messages -----------------------------------------------------
     async def add_feedback(
