@@ -18,6 +18,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -31,6 +32,9 @@ from bench._procs import Child, ChildError, spawn, wait_connectable
 LOOPBACK: Final = "127.0.0.1"
 SBIN_PATH: Final = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/usr/local/sbin"])
 START_TIMEOUT: Final = 15.0
+REPO: Final = Path(__file__).resolve().parent.parent
+# sshd and ssh cannot watch a pipe: a wrapper ends them if the harness dies (bench/_lifeline.py)
+LIFELINE: Final = (sys.executable, "-m", "bench._lifeline")
 
 
 class SshUnavailable(Exception):
@@ -110,7 +114,10 @@ async def open_ssh_forward(sink: tuple[str, int], logdir: Path) -> AsyncIterator
         local_port = _free_port()
         sshd = await stack.enter_async_context(
             spawn(
-                "sshd", [sshd_path, "-D", "-e", "-f", str(workdir / "sshd_config")], logdir=logdir
+                "sshd",
+                [*LIFELINE, sshd_path, "-D", "-e", "-f", str(workdir / "sshd_config")],
+                logdir=logdir,
+                cwd=REPO,
             )
         )
         await _wait_up(sshd, LOOPBACK, sshd_port)
@@ -131,7 +138,9 @@ async def open_ssh_forward(sink: tuple[str, int], logdir: Path) -> AsyncIterator
         ]  # fmt: skip
         # Registered after sshd, so it is ended first: closing the connection ends sshd's
         # per-connection child (which left sshd's process group), then sshd itself.
-        ssh = await stack.enter_async_context(spawn("ssh", ssh_argv, logdir=logdir))
+        ssh = await stack.enter_async_context(
+            spawn("ssh", [*LIFELINE, *ssh_argv], logdir=logdir, cwd=REPO)
+        )
         await _wait_up(ssh, LOOPBACK, local_port)
         yield LOOPBACK, local_port
 

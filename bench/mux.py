@@ -216,6 +216,7 @@ def print_targets(results: list[PathResult]) -> None:
 async def _main(settings: Settings) -> int:
     """Run the bench; SIGTERM or SIGHUP end it like Ctrl-C: every child is ended on the way."""
     outcome: list[tuple[list[PathResult], dict[str, str]]] = []
+    failure: list[str] = []
     async with trio.open_nursery() as nursery:
 
         async def on_signal() -> None:
@@ -225,11 +226,17 @@ async def _main(settings: Settings) -> int:
                     return
 
         async def body() -> None:
-            outcome.append(await run(settings))
+            try:
+                outcome.append(await run(settings))
+            except (PathUnavailable, ChildError, trio.TooSlowError) as exc:
+                failure.append(str(exc) or type(exc).__name__)
             nursery.cancel_scope.cancel()
 
         nursery.start_soon(on_signal)
         nursery.start_soon(body)
+    if failure:
+        print(f"bench mux: {failure[0]}", file=sys.stderr)
+        return 1
     if not outcome:
         print("bench mux: stopped by a signal; helper processes ended", file=sys.stderr)
         return 143
@@ -280,9 +287,7 @@ def main(argv: list[str]) -> int:
     )
     try:
         return trio.run(_main, settings)
-    except PathUnavailable as exc:
-        print(f"bench mux: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("bench mux: interrupted; helper processes ended", file=sys.stderr)
-        return 130
+    except* KeyboardInterrupt:  # trio may deliver it inside a group
+        pass
+    print("bench mux: interrupted; helper processes ended", file=sys.stderr)
+    return 130

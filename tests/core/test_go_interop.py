@@ -152,7 +152,7 @@ async def receive_exactly(stream: MuxStream, n: int) -> bytes:
 
 async def serve_go_stream(stream: MuxStream) -> int:
     """Echo one Go-opened stream: length header, echo that many bytes, our FIN, their FIN."""
-    (size,) = struct.unpack(">Q", await receive_exactly(stream, 8))
+    size: int = struct.unpack(">Q", await receive_exactly(stream, 8))[0]
     echoed = bytearray()
     while len(echoed) < size:
         chunk = await stream.receive_some(size - len(echoed))
