@@ -206,8 +206,20 @@ async def test_concurrent_streams_we_open(go_binary: Path, go_role: str, tmp_pat
         assert all(sid % 2 == our_parity(go_role) for sid in results)
 
 
-async def test_go_opens_streams_and_we_echo(go_binary: Path, go_role: str, tmp_path: Path) -> None:
-    count, size = 4, 2 * MiB
+@pytest.mark.parametrize(
+    "size",
+    [
+        # One Go Write of 60000 bytes: frames no larger than ours (64 KiB).
+        pytest.param(60_000, id="frames-within-64KiB"),
+        # One Go Write of 2 MiB: yamux cuts DATA frames by the send window alone, so frames of
+        # 256 KiB and, as our window grows, more. Legal yamux: the window is the only limit.
+        pytest.param(2 * MiB, id="window-sized-frames"),
+    ],
+)
+async def test_go_opens_streams_and_we_echo(
+    go_binary: Path, go_role: str, tmp_path: Path, size: int
+) -> None:
+    count = 4
     async with go_session(go_binary, go_role, tmp_path) as (session, peer):
         await peer.command(f"open {count} {size}")
         served: list[int] = []
