@@ -210,11 +210,12 @@ def print_targets(results: list[PathResult]) -> None:
             continue
         ratio = num / den
         verdict = "met" if ratio >= minimum else "NOT met"
-        print(f"  {label:<44} >= {minimum:<4} {ratio:6.2f}  {verdict}")
+        print(f"  {label:<44} >= {minimum:<4} {ratio:6.3f}  {verdict}")
 
 
 async def _main(settings: Settings) -> int:
     """Run the bench; SIGTERM or SIGHUP end it like Ctrl-C: every child is ended on the way."""
+    load_before = os.getloadavg()[0]
     outcome: list[tuple[list[PathResult], dict[str, str]]] = []
     failure: list[str] = []
     async with trio.open_nursery() as nursery:
@@ -241,9 +242,10 @@ async def _main(settings: Settings) -> int:
         print("bench mux: stopped by a signal; helper processes ended", file=sys.stderr)
         return 143
     results, skipped = outcome[0]
-    load = os.getloadavg()[0]
+    load_after = os.getloadavg()[0]
     print(
-        f"\nbench mux: loopback, {os.cpu_count()} CPUs (load {load:.1f} at the end), "
+        f"\nbench mux: loopback, {os.cpu_count()} CPUs (load average {load_before:.1f} before, "
+        f"{load_after:.1f} after), "
         f"Python {platform.python_version()}, {settings.rounds} round(s) of "
         f"{settings.duration:g} s windows after {settings.warmup:g} s warmup, "
         f"{settings.open_workers} open workers; median (min-max)\n"
