@@ -31,8 +31,14 @@ from bench._child import (
     run_with_lifeline,
     serve,
 )
-from devyard.core import MuxStream, SessionConfig, WebSocketStream, open_session, splice
-from devyard.core.session import Session
+from devyard.core import (
+    MuxStream,
+    Session,
+    SessionConfig,
+    WebSocketStream,
+    open_session,
+    splice,
+)
 
 # trio-websocket reads the socket in receive_buffer_size chunks (default 4 KiB, several times
 # slower); messages carry whole frames, several per message, so allow well over one 64 KiB frame.
