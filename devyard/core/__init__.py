@@ -1,1 +1,70 @@
-"""The multiplexing core: yamux-compatible framing, the trio session, transports and helpers."""
+"""The multiplexing core: yamux-compatible framing, the trio session, transports and helpers.
+
+Everything that carries bytes between devyard processes runs on this package: host links,
+connector links, the tunnel relay, the device stream proxy, the ADB bridge and the per-instance
+HTTP proxies. The wire format is normative in docs/protocol.md.
+"""
+
+from ._errors import (
+    LocalProtocolError,
+    MuxError,
+    OpenError,
+    ProtocolError,
+    RemoteProtocolError,
+    SessionBrokenError,
+    SessionGoneAwayError,
+    StreamRefusedError,
+    StreamResetError,
+)
+from .backoff import Backoff
+from .config import DEFAULT_CONFIG, SessionConfig
+from .frames import Flag, Frame, FrameType, GoAwayCode
+from .preamble import (
+    ControlChannel,
+    accept_open,
+    read_open,
+    receive_message,
+    reject_open,
+    request_open,
+    send_message,
+)
+from .session import Session, SessionStatistics, open_session
+from .splice import SpliceResult, splice
+from .state import StreamState
+from .stream import MuxStream
+from .transports import WebSocketStream, open_transport
+
+__all__ = [
+    "DEFAULT_CONFIG",
+    "Backoff",
+    "ControlChannel",
+    "Flag",
+    "Frame",
+    "FrameType",
+    "GoAwayCode",
+    "LocalProtocolError",
+    "MuxError",
+    "MuxStream",
+    "OpenError",
+    "ProtocolError",
+    "RemoteProtocolError",
+    "Session",
+    "SessionBrokenError",
+    "SessionConfig",
+    "SessionGoneAwayError",
+    "SessionStatistics",
+    "SpliceResult",
+    "StreamRefusedError",
+    "StreamResetError",
+    "StreamState",
+    "WebSocketStream",
+    "accept_open",
+    "open_session",
+    "open_transport",
+    "read_open",
+    "receive_message",
+    "reject_open",
+    "request_open",
+    "send_message",
+    "splice",
+]

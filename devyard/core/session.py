@@ -1,0 +1,539 @@
+"""Session: a yamux-compatible multiplexer over one trio byte stream.
+
+Theory of operation
+-------------------
+`open_session(transport, client=...)` runs three background tasks in a nursery it owns:
+
+* the **reader**, the only task that reads the transport: it feeds bytes to the pure
+  FrameDecoder and dispatches every frame synchronously, into bounded per-stream buffers
+  (stream.py). It never awaits anything but the transport, so a stream whose application stalls
+  cannot hold up the others: its window, not the reader, absorbs the stall.
+* the **writer**, the only task that writes the transport: control frames (window updates,
+  ACKs, pings, resets, GO_AWAY) go first, then data frames in FIFO order; everything pending,
+  up to `max_write_batch`, is joined into one `send_all`, always whole frames (a WebSocket
+  message then carries whole frames). FIN travels with the data so it never overtakes it.
+* the **keepalive**: PING after `keepalive_interval` without inbound frames, the session is
+  dead after `dead_after`; it also resets streams whose peer never finished closing them.
+
+Senders never touch the transport: they append to the outbound queue, which is bounded by
+`max_outbound_buffer` (senders park when it is full), and wake the writer.
+
+Ending. GO_AWAY (either way) stops new streams; existing ones run on. `aclose()` says GO_AWAY,
+flushes what is queued within `close_grace`, and closes the transport. Any failure (transport
+EOF or error, protocol error, dead peer, write timeout) ends the session at once: a protocol
+error is answered with GO_AWAY(protocol error), every waiting task wakes, and stream operations
+raise SessionBrokenError. Background tasks never raise: the reason is kept in `session.error`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Final
+
+import attrs
+import trio
+from trio.lowlevel import (
+    ParkingLot,
+    cancel_shielded_checkpoint,
+    checkpoint,
+    checkpoint_if_cancelled,
+)
+
+from ._errors import (
+    ProtocolError,
+    RemoteProtocolError,
+    SessionBrokenError,
+    SessionGoneAwayError,
+)
+from ._groups import collapse_single_group
+from .codec import (
+    FrameDecoder,
+    encode_data_header,
+    encode_go_away,
+    encode_ping,
+    encode_window_update,
+)
+from .config import DEFAULT_CONFIG, SessionConfig
+from .frames import MAX_STREAM_ID, Flag, Frame, FrameType, GoAwayCode
+from .state import StreamState
+from .stream import YAMUX_INITIAL_WINDOW, MuxStream
+
+__all__ = ["Session", "SessionStatistics", "open_session"]
+
+_SYN: Final = int(Flag.SYN)
+_ACK: Final = int(Flag.ACK)
+_FIN: Final = int(Flag.FIN)
+_RST: Final = int(Flag.RST)
+_DATA: Final = FrameType.DATA
+_WINDOW_UPDATE: Final = FrameType.WINDOW_UPDATE
+_LINGER: Final = 60.0  # seconds a closed stream waits for the peer's FIN before we reset it
+
+
+@attrs.frozen
+class SessionStatistics:
+    streams_open: int
+    accept_backlog: int
+    outbound_buffered: int
+    bytes_sent: int
+    bytes_received: int
+    rtt: float | None
+    local_go_away: int | None
+    remote_go_away: int | None
+
+
+class Session:
+    """One multiplexed session. Create it with `open_session()`, never directly."""
+
+    def __init__(self, transport: trio.abc.Stream, *, client: bool, config: SessionConfig) -> None:
+        self.config: Final = config
+        self.client: Final = client
+        self._transport = transport
+        # Go yamux sends DATA frames as large as the window; the window check bounds them.
+        self._decoder = FrameDecoder(config.max_window)
+        self._next_id = 1 if client else 2
+        self._streams: dict[int, MuxStream] = {}
+        self._accept_queue: deque[MuxStream] = deque()
+        self._accept_lot = ParkingLot()
+        self._slot_lot = ParkingLot()
+        self._lingering: deque[tuple[float, MuxStream]] = deque()
+        self._granted_extra = 0  # window growth granted beyond the initial windows
+        # outbound
+        self._control: list[bytes] = []
+        self._data: deque[tuple[bytes, bytes | memoryview]] = deque()
+        self._outbound = 0
+        self._writer_lot = ParkingLot()
+        self._outbound_lot = ParkingLot()
+        self._writer_done = trio.Event()
+        # liveness
+        self._last_inbound = trio.current_time()
+        self._last_ping_sent = -math.inf
+        self._ping_ids = itertools.count(1)
+        self._pings: dict[int, trio.Event] = {}
+        self.rtt: float | None = None
+        # ending
+        self.local_go_away: int | None = None
+        self.remote_go_away: int | None = None
+        self.error: BaseException | None = None
+        self._ended = False
+        self._closed_by_us = False
+        self._ended_event = trio.Event()
+        self._background: trio.CancelScope | None = None
+        self._bytes_sent = 0
+        self._bytes_received = 0
+
+    def __repr__(self) -> str:
+        role = "client" if self.client else "server"
+        return f"<Session {role} streams={len(self._streams)} ended={self._ended}>"
+
+    # ---- public API -------------------------------------------------------------------------
+
+    async def open_stream(self) -> MuxStream:
+        """Open a stream to the peer. It is usable at once: data may follow the SYN."""
+        await checkpoint_if_cancelled()
+        blocked = False
+        while len(self._streams) >= self.config.max_streams:
+            self._raise_if_ended()
+            blocked = True
+            await self._slot_lot.park()
+        self._raise_if_ended()
+        if self.local_go_away is not None or self.remote_go_away is not None:
+            code = self.remote_go_away if self.remote_go_away is not None else self.local_go_away
+            assert code is not None
+            raise SessionGoneAwayError(
+                f"session is going away ({GoAwayCode.describe(code)}): no new streams", code
+            )
+        stream_id = self._next_id
+        if stream_id > MAX_STREAM_ID:
+            self.go_away_nowait(GoAwayCode.NORMAL)
+            raise SessionGoneAwayError("stream ids exhausted", GoAwayCode.NORMAL)
+        self._next_id += 2
+        stream = MuxStream(self, stream_id, opened_locally=True)
+        self._streams[stream_id] = stream
+        self._queue_window_update(
+            stream_id, _SYN, self.config.initial_window - YAMUX_INITIAL_WINDOW
+        )
+        if not blocked:
+            await cancel_shielded_checkpoint()
+        return stream
+
+    async def accept_stream(self) -> MuxStream:
+        """The next stream the peer opened.
+
+        Raises trio.EndOfChannel once no more can come after a clean end (GO_AWAY from the
+        peer, or our own aclose), and SessionBrokenError when the session failed.
+        """
+        await checkpoint_if_cancelled()
+        blocked = False
+        while not self._accept_queue:
+            if self._ended:
+                if self.error is not None and not self._closed_by_us:
+                    raise SessionBrokenError(str(self.error)) from self.error
+                raise trio.EndOfChannel
+            if self.remote_go_away is not None:
+                raise trio.EndOfChannel
+            blocked = True
+            await self._accept_lot.park()
+        stream = self._accept_queue.popleft()
+        if not self._ended and stream.state is not StreamState.RESET:
+            extra = self.config.initial_window - YAMUX_INITIAL_WINDOW
+            self._queue_window_update(stream.stream_id, _ACK, extra)
+        if not blocked:
+            await cancel_shielded_checkpoint()
+        return stream
+
+    def __aiter__(self) -> AsyncIterator[MuxStream]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[MuxStream]:
+        while True:
+            try:
+                stream = await self.accept_stream()
+            except trio.EndOfChannel:
+                return
+            yield stream
+
+    async def ping(self) -> float:
+        """Round-trip time of one PING, in seconds."""
+        self._raise_if_ended()
+        opaque = next(self._ping_ids) & 0xFFFF_FFFF
+        answered = trio.Event()
+        self._pings[opaque] = answered
+        started = trio.current_time()
+        try:
+            self._queue_control(encode_ping(_SYN, opaque))
+            self._last_ping_sent = started
+            await answered.wait()
+        finally:
+            self._pings.pop(opaque, None)
+        self._raise_if_ended()
+        self.rtt = trio.current_time() - started
+        return self.rtt
+
+    def go_away_nowait(self, code: int = GoAwayCode.NORMAL) -> None:
+        """Tell the peer this session opens and accepts no new streams; existing ones go on."""
+        if self.local_go_away is not None or self._ended:
+            return
+        self.local_go_away = int(code)
+        self._queue_control(encode_go_away(int(code)))
+        self._accept_lot.unpark_all()
+
+    async def drain(self) -> None:
+        """GO_AWAY, then wait until every stream has finished (bound it with a cancel scope)."""
+        self.go_away_nowait(GoAwayCode.NORMAL)
+        while self._streams and not self._ended:
+            await self._slot_lot.park()
+        await checkpoint()
+
+    async def wait_ended(self) -> None:
+        """Return once the session has ended, for whatever reason (see `error`)."""
+        await self._ended_event.wait()
+
+    @property
+    def ended(self) -> bool:
+        return self._ended
+
+    def statistics(self) -> SessionStatistics:
+        return SessionStatistics(
+            streams_open=len(self._streams),
+            accept_backlog=len(self._accept_queue),
+            outbound_buffered=self._outbound,
+            bytes_sent=self._bytes_sent,
+            bytes_received=self._bytes_received,
+            rtt=self.rtt,
+            local_go_away=self.local_go_away,
+            remote_go_away=self.remote_go_away,
+        )
+
+    async def aclose(self, code: int = GoAwayCode.NORMAL) -> None:
+        """GO_AWAY with `code`, flush what is queued within close_grace, close the transport."""
+        if self._closed_by_us:
+            await checkpoint()
+            return
+        self._closed_by_us = True
+        if not self._ended:
+            self.go_away_nowait(code)
+            self._end(None, flush=True)
+            if self._background is not None:  # the writer runs: let it flush, briefly
+                with trio.move_on_after(self.config.close_grace, shield=True):
+                    await self._writer_done.wait()
+        if self._background is not None:
+            self._background.cancel()
+        await trio.aclose_forcefully(self._transport)
+
+    # ---- background tasks -------------------------------------------------------------------
+
+    async def _run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        async with trio.open_nursery() as nursery:
+            self._background = nursery.cancel_scope
+            nursery.start_soon(self._reader)
+            nursery.start_soon(self._writer)
+            nursery.start_soon(self._keepalive)
+            task_status.started()
+
+    async def _reader(self) -> None:
+        receive_some = self._transport.receive_some
+        read_size = self.config.read_size
+        feed = self._decoder.feed
+        dispatch = self._dispatch
+        try:
+            while not self._ended:
+                data = await receive_some(read_size)
+                if not data:
+                    self._decoder.feed_eof()
+                    if self.remote_go_away is None:
+                        self._end(SessionBrokenError("the peer closed the connection"))
+                    else:
+                        self._end(None)  # it said GO_AWAY first: a clean end
+                    return
+                self._last_inbound = trio.current_time()
+                self._bytes_received += len(data)
+                for frame in feed(data):
+                    dispatch(frame)
+        except ProtocolError as exc:
+            self._end(exc, go_away=exc.code)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            self._end(SessionBrokenError(f"transport failed: {exc!r}"))
+
+    async def _writer(self) -> None:
+        send_all = self._transport.send_all
+        max_batch = self.config.max_write_batch
+        try:
+            while True:
+                if not self._control and not self._data:
+                    if self._ended:
+                        break
+                    await self._writer_lot.park()
+                    continue
+                batch = self._control
+                self._control = []
+                size = sum(len(frame) for frame in batch)
+                data_bytes = 0
+                queue = self._data
+                while queue and (size < max_batch or not batch):
+                    header, payload = queue[0]
+                    frame_size = len(header) + len(payload)
+                    if size + frame_size > max_batch and batch:
+                        break
+                    queue.popleft()
+                    batch.append(header)
+                    if payload:
+                        batch.append(payload)  # type: ignore[arg-type]
+                    size += frame_size
+                    data_bytes += frame_size
+                with trio.move_on_after(self.config.write_timeout) as timeout:
+                    await send_all(b"".join(batch))
+                if timeout.cancelled_caught:
+                    self._end(SessionBrokenError("a transport write timed out"))
+                    break
+                self._bytes_sent += size
+                if data_bytes:
+                    self._outbound -= data_bytes
+                    self._outbound_lot.unpark_all()
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+            self._end(SessionBrokenError(f"transport failed: {exc!r}"))
+        finally:
+            self._writer_done.set()
+            with trio.CancelScope(shield=True):
+                await trio.aclose_forcefully(self._transport)
+            if self._background is not None:
+                self._background.cancel()
+
+    async def _keepalive(self) -> None:
+        interval = self.config.keepalive_interval
+        dead_after = self.config.dead_after
+        while not self._ended:
+            now = trio.current_time()
+            idle = now - self._last_inbound
+            if idle >= dead_after:
+                self._end(SessionBrokenError(f"no frames from the peer for {dead_after:g} s"))
+                return
+            if idle >= interval and now - self._last_ping_sent >= interval:
+                self._last_ping_sent = now
+                self._queue_control(encode_ping(_SYN, 0))
+            while self._lingering and self._lingering[0][0] <= now:
+                _, stream = self._lingering.popleft()
+                if stream.stream_id in self._streams:
+                    stream._send_rst()
+                    self._forget(stream)
+            wake = min(
+                self._last_inbound + interval
+                if idle < interval
+                else self._last_ping_sent + interval,
+                self._last_inbound + dead_after,
+                self._lingering[0][0] if self._lingering else math.inf,
+            )
+            with trio.move_on_at(wake):
+                await self._ended_event.wait()
+
+    # ---- inbound frames ---------------------------------------------------------------------
+
+    def _dispatch(self, frame: Frame) -> None:
+        ftype = frame.type
+        if ftype is _DATA or ftype is _WINDOW_UPDATE:
+            self._on_stream_frame(frame)
+        elif ftype is FrameType.PING:
+            self._on_ping(frame)
+        else:
+            self._on_go_away(frame)
+
+    def _on_stream_frame(self, frame: Frame) -> None:
+        sid = frame.stream_id
+        flags = frame.flags
+        if sid == 0:
+            raise RemoteProtocolError(f"{frame.type.name} frame on stream 0")
+        stream = self._streams.get(sid)
+        if flags & _SYN:
+            stream = self._on_syn(sid, stream)
+            if stream is None:
+                return
+        elif stream is None:
+            return  # a stream we already finished or reset: its late frames are dropped
+        if frame.type is _WINDOW_UPDATE:
+            stream._on_window_update(frame.length)
+            stream._on_frame(flags, b"")
+        else:
+            stream._on_frame(flags, frame.payload)
+
+    def _on_syn(self, sid: int, existing: MuxStream | None) -> MuxStream | None:
+        if existing is not None:
+            raise RemoteProtocolError(f"SYN for stream {sid}, which is already open")
+        if (sid & 1) == (1 if self.client else 0):
+            raise RemoteProtocolError(f"the peer opened stream {sid}, an id of ours")
+        if (
+            self.local_go_away is not None
+            or self._ended
+            or len(self._streams) >= self.config.max_streams
+            or len(self._accept_queue) >= self.config.accept_backlog
+        ):
+            self._queue_window_update(sid, _RST, 0)  # refused: safe for the peer to retry
+            return None
+        stream = MuxStream(self, sid, opened_locally=False)
+        self._streams[sid] = stream
+        self._accept_queue.append(stream)
+        self._accept_lot.unpark()
+        return stream
+
+    def _on_ping(self, frame: Frame) -> None:
+        if frame.flags & _SYN:
+            self._queue_control(encode_ping(_ACK, frame.length))
+        elif frame.flags & _ACK:
+            waiter = self._pings.get(frame.length)
+            if waiter is not None:
+                waiter.set()
+
+    def _on_go_away(self, frame: Frame) -> None:
+        self.remote_go_away = frame.length
+        self._accept_lot.unpark_all()
+        self._slot_lot.unpark_all()
+        if frame.length in (GoAwayCode.PROTOCOL_ERROR, GoAwayCode.INTERNAL_ERROR):
+            reason = GoAwayCode.describe(frame.length)
+            self._end(SessionBrokenError(f"the peer went away with {reason}"))
+
+    # ---- outbound frames --------------------------------------------------------------------
+
+    def _queue_control(self, frame: bytes) -> None:
+        if self._ended and not self._closed_by_us:
+            return
+        if len(self._control) >= self.config.max_control_backlog:
+            self._end(RemoteProtocolError("control frame backlog exceeded"), go_away=1)
+            return
+        self._control.append(frame)
+        self._writer_lot.unpark()
+
+    def _queue_window_update(self, sid: int, flags: int, delta: int) -> None:
+        self._queue_control(encode_window_update(flags, sid, delta))
+
+    def _queue_data(self, sid: int, payload: memoryview) -> None:
+        self._data.append((encode_data_header(0, sid, len(payload)), payload))
+        self._outbound += len(payload) + 12
+        self._writer_lot.unpark()
+
+    def _queue_fin(self, sid: int) -> None:
+        self._data.append((encode_window_update(_FIN, sid, 0), b""))
+        self._outbound += 12
+        self._writer_lot.unpark()
+
+    def _has_outbound_room(self) -> bool:
+        return self._outbound < self.config.max_outbound_buffer
+
+    # ---- stream bookkeeping -----------------------------------------------------------------
+
+    def _grow_window(self, current: int) -> int:
+        """Extra window a keeping-up stream may take now (0 when at the cap or over budget)."""
+        extra = min(current, self.config.max_window - current)
+        if extra <= 0 or self._granted_extra + extra > self.config.session_window_budget:
+            return 0
+        self._granted_extra += extra
+        return extra
+
+    def _forget(self, stream: MuxStream) -> None:
+        if self._streams.pop(stream.stream_id, None) is not None:
+            self._granted_extra -= stream._window_max - self.config.initial_window
+            self._slot_lot.unpark_all()
+
+    def _linger(self, stream: MuxStream) -> None:
+        self._lingering.append((trio.current_time() + _LINGER, stream))
+
+    def _raise_if_ended(self) -> None:
+        if not self._ended:
+            return
+        if self._closed_by_us:
+            raise trio.ClosedResourceError("the session was closed")
+        if self.error is None:
+            raise SessionBrokenError("the peer closed the session")
+        raise SessionBrokenError(f"the session ended: {self.error}") from self.error
+
+    def _end(
+        self, error: BaseException | None, *, flush: bool = False, go_away: int | None = None
+    ) -> None:
+        """End the session now. Synchronous: callable from the reader's dispatch."""
+        if self._ended:
+            return
+        if go_away is not None and self.local_go_away is None:
+            self.local_go_away = go_away
+            self._control = [encode_go_away(go_away)]
+        self._ended = True
+        self.error = error
+        if not flush:
+            if go_away is None:
+                self._control.clear()
+            self._data.clear()
+        self._ended_event.set()
+        self._writer_lot.unpark_all()
+        self._outbound_lot.unpark_all()
+        self._accept_lot.unpark_all()
+        self._slot_lot.unpark_all()
+        for waiter in self._pings.values():
+            waiter.set()
+        for stream in list(self._streams.values()):
+            stream._on_session_end()
+        for stream in self._accept_queue:
+            stream._on_session_end()
+
+
+@asynccontextmanager
+async def open_session(
+    transport: trio.abc.Stream,
+    *,
+    client: bool,
+    config: SessionConfig = DEFAULT_CONFIG,
+) -> AsyncIterator[Session]:
+    """Run a session over `transport` for the duration of the block; close it on exit.
+
+    `client=True` opens odd stream ids, `client=False` even ones (as yamux). The transport is
+    owned by the session from here on and closed when the block exits.
+    """
+    session = Session(transport, client=client, config=config)
+    with collapse_single_group():
+        async with trio.open_nursery() as nursery:
+            try:
+                await nursery.start(session._run)
+                yield session
+            finally:
+                with trio.CancelScope(shield=True):
+                    await session.aclose()
+                nursery.cancel_scope.cancel()

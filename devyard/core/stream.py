@@ -1,0 +1,339 @@
+"""MuxStream: one multiplexed stream, a `trio.abc.HalfCloseableStream`.
+
+Theory of operation
+-------------------
+The session's single reader task hands each stream its frames synchronously (`_on_*` methods);
+the stream buffers DATA payloads in a deque and wakes its reader. Application tasks call
+`send_all` / `receive_some` / `send_eof` / `aclose`, which only touch this stream's state and
+the session's outbound queue: no stream ever reads or writes the transport.
+
+Flow control (docs/protocol.md section 4). Invariant on the receive side:
+
+    recv_window (credit the peer still has) + buffered + unacked == window_max
+
+`unacked` is what the application consumed and we have not credited back yet; once it reaches
+half of `window_max` we send one WINDOW_UPDATE. A reader that keeps up (nothing left buffered
+when credit is returned) has its window doubled up to `max_window`, within the session's
+window budget; a stalled reader never grows and never gets more than `window_max` buffered, so it
+cannot delay any other stream. A peer that sends past its credit is a protocol error.
+
+Closing follows TCP. `send_eof` sends FIN. `aclose` sends FIN, or RST when unread data is
+thrown away; data that arrives after `aclose` is answered with RST, so a peer that keeps
+writing to a stream nobody reads learns it (BrokenResourceError) instead of blocking forever.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, Final
+
+import trio
+from trio.lowlevel import (
+    ParkingLot,
+    cancel_shielded_checkpoint,
+    checkpoint,
+    checkpoint_if_cancelled,
+)
+
+from ._errors import RemoteProtocolError, StreamRefusedError, StreamResetError
+from .frames import Flag
+from .state import StreamEvent, StreamState, transition
+
+if TYPE_CHECKING:
+    from .session import Session
+
+__all__ = ["YAMUX_INITIAL_WINDOW", "MuxStream"]
+
+#: The window every yamux stream starts with, in both directions, before any WINDOW_UPDATE.
+YAMUX_INITIAL_WINDOW: Final = 256 * 1024
+
+_SYN: Final = int(Flag.SYN)
+_ACK: Final = int(Flag.ACK)
+_FIN: Final = int(Flag.FIN)
+_RST: Final = int(Flag.RST)
+_TERMINAL: Final = frozenset({StreamState.CLOSED, StreamState.RESET})
+
+
+class _ConflictDetector:
+    """Raise BusyResourceError when two tasks use one direction of a stream at once."""
+
+    __slots__ = ("_held", "_message")
+
+    def __init__(self, message: str) -> None:
+        self._message = message
+        self._held = False
+
+    def __enter__(self) -> None:
+        if self._held:
+            raise trio.BusyResourceError(self._message)
+        self._held = True
+
+    def __exit__(self, *exc: object) -> None:
+        self._held = False
+
+
+class MuxStream(trio.abc.HalfCloseableStream):
+    """A stream of a Session; create it with `Session.open_stream()` / `accept_stream()`."""
+
+    def __init__(self, session: Session, stream_id: int, *, opened_locally: bool) -> None:
+        self._session = session
+        self.stream_id: Final = stream_id
+        self.opened_locally: Final = opened_locally
+        self._state = StreamState.OPEN
+        self._app_closed = False
+        self._answered = not opened_locally  # the peer ACKed, or sent us anything
+        self._reset_by_peer = False
+        # receive side
+        self._buf: deque[bytes] = deque()
+        self._buf_offset = 0  # consumed bytes of self._buf[0]
+        self._buffered = 0
+        window = session.config.initial_window
+        self._window_max = window
+        self._recv_window = window
+        self._unacked = 0
+        self._recv_lot = ParkingLot()
+        self._recv_conflict = _ConflictDetector("another task is receiving on this stream")
+        # send side
+        self._send_window = YAMUX_INITIAL_WINDOW
+        self._send_lot = ParkingLot()
+        self._send_conflict = _ConflictDetector("another task is sending on this stream")
+        self.bytes_sent = 0
+        self.bytes_received = 0
+
+    def __repr__(self) -> str:
+        return f"<MuxStream {self.stream_id} {self._state.value}>"
+
+    @property
+    def state(self) -> StreamState:
+        return self._state
+
+    # ---- application side: receiving -------------------------------------------------------
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        if max_bytes is not None:
+            if not isinstance(max_bytes, int):
+                raise TypeError("max_bytes must be an integer or None")
+            if max_bytes < 1:
+                raise ValueError("max_bytes must be >= 1")
+        with self._recv_conflict:
+            await checkpoint_if_cancelled()
+            blocked = False
+            while True:
+                if self._app_closed:
+                    raise trio.ClosedResourceError("this stream was closed")
+                if self._buffered:
+                    data = self._take(max_bytes)
+                    break
+                if self._state is StreamState.RESET:
+                    raise self._reset_error()
+                if self._state in (StreamState.REMOTE_CLOSED, StreamState.CLOSED):
+                    data = b""
+                    break
+                self._session._raise_if_ended()
+                blocked = True
+                await self._recv_lot.park()
+            if not blocked:
+                await cancel_shielded_checkpoint()
+            return data
+
+    def _take(self, max_bytes: int | None) -> bytes:
+        head = self._buf[0]
+        offset = self._buf_offset
+        available = len(head) - offset
+        if max_bytes is None or max_bytes >= available:
+            self._buf.popleft()
+            self._buf_offset = 0
+            data = head if offset == 0 else head[offset:]
+        else:
+            data = head[offset : offset + max_bytes]
+            self._buf_offset = offset + max_bytes
+        n = len(data)
+        self._buffered -= n
+        self._unacked += n
+        if self._unacked >= self._window_max >> 1 and self._state in (
+            StreamState.OPEN,
+            StreamState.LOCAL_CLOSED,
+        ):
+            self._return_credit()
+        return data
+
+    def _return_credit(self) -> None:
+        delta = self._unacked
+        if self._buffered == 0:  # the reader keeps up: a bigger window may be what limits it
+            extra = self._session._grow_window(self._window_max)
+            self._window_max += extra
+            delta += extra
+        self._unacked = 0
+        self._recv_window += delta
+        self._session._queue_window_update(self.stream_id, 0, delta)
+
+    # ---- application side: sending ----------------------------------------------------------
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        with self._send_conflict:
+            await checkpoint_if_cancelled()
+            self._check_can_send()
+            # We keep the payload past our return: copy anything mutable.
+            payload = memoryview(data if isinstance(data, bytes) else bytes(data))
+            total = len(payload)
+            session = self._session
+            max_frame = session.config.max_frame_payload
+            offset = 0
+            blocked = False
+            while offset < total:
+                if self._send_window == 0 or not session._has_outbound_room():
+                    blocked = True
+                    await self._wait_writable()
+                    continue
+                n = min(total - offset, self._send_window, max_frame)
+                session._queue_data(self.stream_id, payload[offset : offset + n])
+                self._send_window -= n
+                offset += n
+            self.bytes_sent += total
+            if not blocked:
+                await cancel_shielded_checkpoint()
+
+    async def wait_send_all_might_not_block(self) -> None:
+        with self._send_conflict:
+            await checkpoint_if_cancelled()
+            self._check_can_send()
+            if self._send_window and self._session._has_outbound_room():
+                await cancel_shielded_checkpoint()
+                return
+            await self._wait_writable()
+
+    async def _wait_writable(self) -> None:
+        """Park until this stream has send credit and the session has outbound room."""
+        while True:
+            session = self._session
+            if self._send_window == 0:
+                await self._send_lot.park()
+            elif not session._has_outbound_room():
+                await session._outbound_lot.park()
+            else:
+                return
+            self._check_can_send()
+
+    def _check_can_send(self) -> None:
+        if self._app_closed:
+            raise trio.ClosedResourceError("this stream was closed")
+        state = self._state
+        if state is StreamState.RESET:
+            raise self._reset_error()
+        if state in (StreamState.LOCAL_CLOSED, StreamState.CLOSED):
+            raise trio.ClosedResourceError("send_eof() was called on this stream")
+        self._session._raise_if_ended()
+
+    async def send_eof(self) -> None:
+        with self._send_conflict:
+            await checkpoint_if_cancelled()
+            if self._app_closed:
+                raise trio.ClosedResourceError("this stream was closed")
+            state = self._state
+            if state is StreamState.RESET:
+                raise self._reset_error()
+            if state in (StreamState.OPEN, StreamState.REMOTE_CLOSED):
+                self._session._raise_if_ended()
+                self._send_fin()
+            await cancel_shielded_checkpoint()
+
+    async def aclose(self) -> None:
+        if self._app_closed:
+            await checkpoint()
+            return
+        self._app_closed = True
+        discarded = self._buffered
+        self._buf.clear()
+        self._buffered = 0
+        if not self._session._ended and self._state in (
+            StreamState.OPEN,
+            StreamState.REMOTE_CLOSED,
+        ):
+            if discarded and self._state is StreamState.OPEN:
+                self._send_rst()  # unread data thrown away: say so, as TCP does
+            else:
+                self._send_fin()
+        if self._state in _TERMINAL or self._session._ended:
+            self._session._forget(self)
+        else:
+            self._session._linger(self)
+        self._recv_lot.unpark_all()
+        self._send_lot.unpark_all()
+        await checkpoint()
+
+    # ---- session side: frames in ------------------------------------------------------------
+
+    def _on_frame(self, flags: int, data: bytes) -> None:
+        """Handle one DATA or WINDOW_UPDATE frame's flags and payload (not its window delta)."""
+        if flags & _ACK:
+            self._answered = True
+        if data:
+            self._on_data(data)
+        if flags & _FIN:
+            self._state = transition(self._state, StreamEvent.RECV_FIN)
+            self._answered = True
+            self._recv_lot.unpark_all()
+            if self._state in _TERMINAL:
+                self._session._forget(self)
+        if flags & _RST:
+            self._on_reset()
+
+    def _on_data(self, data: bytes) -> None:
+        n = len(data)
+        if n > self._recv_window:
+            raise RemoteProtocolError(
+                f"stream {self.stream_id} overran its receive window ({n} > {self._recv_window})"
+            )
+        self._state = transition(self._state, StreamEvent.RECV_DATA)
+        self._answered = True
+        self._recv_window -= n
+        self.bytes_received += n
+        if self._app_closed:
+            # Nobody will read it: tell the peer, as TCP does, rather than let it block.
+            self._send_rst()
+            self._session._forget(self)
+            return
+        self._buf.append(data)
+        self._buffered += n
+        self._recv_lot.unpark()
+
+    def _on_window_update(self, delta: int) -> None:
+        if delta:
+            self._send_window += delta
+            self._send_lot.unpark_all()
+
+    def _on_reset(self) -> None:
+        self._state = transition(self._state, StreamEvent.RECV_RST)
+        if self._state is StreamState.RESET:
+            self._reset_by_peer = True
+            self._buf.clear()
+            self._buffered = 0
+        self._session._forget(self)
+        self._wake_all()
+
+    def _on_session_end(self) -> None:
+        self._wake_all()
+
+    def _wake_all(self) -> None:
+        self._recv_lot.unpark_all()
+        self._send_lot.unpark_all()
+
+    # ---- frames out -------------------------------------------------------------------------
+
+    def _send_fin(self) -> None:
+        self._state = transition(self._state, StreamEvent.SEND_FIN)
+        self._session._queue_fin(self.stream_id)
+        if self._state in _TERMINAL:
+            self._session._forget(self)
+
+    def _send_rst(self) -> None:
+        self._state = transition(self._state, StreamEvent.SEND_RST)
+        self._session._queue_window_update(self.stream_id, _RST, 0)
+        self._wake_all()
+
+    def _reset_error(self) -> trio.BrokenResourceError:
+        if not self._reset_by_peer:
+            return StreamResetError(f"stream {self.stream_id} was reset")
+        if not self._answered:
+            return StreamRefusedError(f"the peer refused stream {self.stream_id}")
+        return StreamResetError(f"the peer reset stream {self.stream_id}")
