@@ -1,0 +1,39 @@
+"""Pick a device driver by name: what ``devyard hostd --drivers virtual,...`` offers.
+
+A driver is registered as an *opener*: a function from a `DeviceSpec` to an async context
+manager that yields a running `DeviceDriver` and stops it (removing its sandbox) on exit.
+Real drivers (``android-emulator``, ``ios-simulator``) add a line to `drivers_by_name`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from contextlib import AbstractAsyncContextManager
+from typing import Final
+
+from ._errors import InvalidSpecError
+from .base import DeviceDriver, DeviceSpec
+from .virtual import open_virtual_device
+
+__all__ = ["DEFAULT_DRIVER", "DriverOpener", "drivers_by_name", "open_device"]
+
+DriverOpener = Callable[[DeviceSpec], AbstractAsyncContextManager[DeviceDriver]]
+
+DEFAULT_DRIVER: Final = "virtual"
+
+
+def drivers_by_name() -> Mapping[str, DriverOpener]:
+    """Every driver this build knows, by the name hostd's ``--drivers`` option uses."""
+    return {"virtual": open_virtual_device}
+
+
+def open_device(
+    spec: DeviceSpec, driver: str = DEFAULT_DRIVER
+) -> AbstractAsyncContextManager[DeviceDriver]:
+    """``async with open_device(spec) as device:`` starts a device with the named driver."""
+    try:
+        opener = drivers_by_name()[driver]
+    except KeyError:
+        known = ", ".join(sorted(drivers_by_name()))
+        raise InvalidSpecError(f"unknown driver {driver!r} (known: {known})") from None
+    return opener(spec)
