@@ -55,68 +55,98 @@ def encode_frame(frame: Frame) -> bytes:
 
 
 class FrameDecoder:
-    """Incremental decoder. `max_payload` bounds a DATA frame (a larger one is a protocol error)."""
+    """Incremental decoder. `max_payload` bounds a DATA frame (a larger one is a protocol error).
 
-    __slots__ = ("_broken", "_buf", "_max_payload")
+    Whole frames are parsed straight from the caller's buffer. Only a frame cut by the end of
+    a chunk is held back: a partial header (under 12 bytes) as a copy, a DATA payload as the
+    pieces seen so far (views of immutable `bytes` chunks, copies of anything else), joined
+    once when the last piece arrives. So every payload byte is copied once, whatever the split.
+    """
+
+    __slots__ = ("_broken", "_head", "_max_payload", "_need", "_parts", "_pending")
 
     def __init__(self, max_payload: int) -> None:
-        self._buf = bytearray()
         self._max_payload = max_payload
         self._broken = False
+        self._head = b""  # bytes of a header not yet complete
+        self._pending: tuple[int, int, int] | None = None  # flags, sid, length of a cut DATA
+        self._parts: list[bytes | memoryview] = []  # its payload so far
+        self._need = 0  # payload bytes it still lacks
 
     @property
     def buffered(self) -> int:
         """Bytes held back because they do not yet form a whole frame."""
-        return len(self._buf)
+        if self._pending is not None:
+            return HEADER_SIZE + self._pending[2] - self._need
+        return len(self._head)
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[Frame]:
         if self._broken:
             raise RemoteProtocolError("decoder already failed")
-        if self._buf:
-            self._buf += data
-            src: bytes | bytearray | memoryview = self._buf
-        else:
-            src = data  # fast path: parse straight from the caller's buffer, no accumulate copy
         frames: list[Frame] = []
+        if not isinstance(data, bytes):
+            data = bytes(data)  # we may keep views of it: the caller may reuse a mutable buffer
         pos = 0
-        end = len(src)
+        end = len(data)
+        if self._pending is not None:
+            pos = self._continue_payload(data, frames)
+            if self._pending is not None:
+                return frames
+        elif self._head:
+            missing = HEADER_SIZE - len(self._head)
+            if end < missing:
+                self._head += data
+                return frames
+            data = self._head + data  # a header cut in two: rare with large chunks
+            self._head = b""
+            end = len(data)
+        view = memoryview(data)
         max_payload = self._max_payload
-        view = memoryview(src)
-        try:
-            while end - pos >= HEADER_SIZE:
-                version, ftype, flags, sid, length = _unpack_from(src, pos)
-                if version != PROTOCOL_VERSION:
-                    raise self._fail(f"unsupported protocol version {version}")
-                if flags & ~_ALL_FLAGS:
-                    raise self._fail(f"unknown flags {flags:#x}")
-                if ftype == _DATA:
-                    if length > max_payload:
-                        raise self._fail(f"DATA frame of {length} bytes exceeds {max_payload}")
-                    stop = pos + HEADER_SIZE + length
-                    if stop > end:
-                        break
-                    payload = bytes(view[pos + HEADER_SIZE : stop])
-                    frames.append(Frame(FrameType.DATA, flags, sid, length, payload))
-                    pos = stop
-                else:
-                    kind = _TYPES.get(ftype)
-                    if kind is None:
-                        raise self._fail(f"unknown frame type {ftype}")
-                    frames.append(Frame(kind, flags, sid, length))
-                    pos += HEADER_SIZE
-        finally:
-            view.release()
-        if src is self._buf:
-            del self._buf[:pos]
-        elif pos < end:
-            self._buf += memoryview(src)[pos:]
+        while end - pos >= HEADER_SIZE:
+            version, ftype, flags, sid, length = _unpack_from(data, pos)
+            if version != PROTOCOL_VERSION:
+                raise self._fail(f"unsupported protocol version {version}")
+            if flags & ~_ALL_FLAGS:
+                raise self._fail(f"unknown flags {flags:#x}")
+            if ftype == _DATA:
+                if length > max_payload:
+                    raise self._fail(f"DATA frame of {length} bytes exceeds {max_payload}")
+                start = pos + HEADER_SIZE
+                stop = start + length
+                if stop > end:
+                    self._pending = (flags, sid, length)
+                    self._parts = [view[start:]]
+                    self._need = stop - end
+                    return frames
+                frames.append(Frame(FrameType.DATA, flags, sid, length, data[start:stop]))
+                pos = stop
+            else:
+                kind = _TYPES.get(ftype)
+                if kind is None:
+                    raise self._fail(f"unknown frame type {ftype}")
+                frames.append(Frame(kind, flags, sid, length))
+                pos += HEADER_SIZE
+        if pos < end:
+            self._head = data[pos:]
         return frames
+
+    def _continue_payload(self, data: bytes, frames: list[Frame]) -> int:
+        """Add the next piece of a cut DATA payload; return where the next frame starts."""
+        assert self._pending is not None
+        take = min(self._need, len(data))
+        self._parts.append(memoryview(data)[:take])
+        self._need -= take
+        if self._need == 0:
+            flags, sid, length = self._pending
+            frames.append(Frame(FrameType.DATA, flags, sid, length, b"".join(self._parts)))
+            self._pending = None
+            self._parts = []
+        return take
 
     def feed_eof(self) -> None:
         """The byte stream ended. Raises RemoteProtocolError if it ended inside a frame."""
-        if self._buf:
-            n = len(self._buf)
-            raise self._fail(f"stream ended inside a frame ({n} bytes pending)")
+        if self.buffered:
+            raise self._fail(f"stream ended inside a frame ({self.buffered} bytes pending)")
 
     def _fail(self, message: str) -> RemoteProtocolError:
         self._broken = True

@@ -52,6 +52,8 @@ _ACK: Final = int(Flag.ACK)
 _FIN: Final = int(Flag.FIN)
 _RST: Final = int(Flag.RST)
 _TERMINAL: Final = frozenset({StreamState.CLOSED, StreamState.RESET})
+#: What receive_some() without max_bytes hands out at most in one call.
+_COALESCE: Final = 256 * 1024
 
 
 class _ConflictDetector:
@@ -137,16 +139,37 @@ class MuxStream(trio.abc.HalfCloseableStream):
             return data
 
     def _take(self, max_bytes: int | None) -> bytes:
-        head = self._buf[0]
+        buf = self._buf
+        head = buf[0]
         offset = self._buf_offset
         available = len(head) - offset
-        if max_bytes is None or max_bytes >= available:
-            self._buf.popleft()
+        limit = _COALESCE if max_bytes is None else max_bytes
+        if limit < available:
+            data = head[offset : offset + limit]
+            self._buf_offset = offset + limit
+        elif len(buf) == 1 or limit == available:
+            buf.popleft()
             self._buf_offset = 0
             data = head if offset == 0 else head[offset:]
         else:
-            data = head[offset : offset + max_bytes]
-            self._buf_offset = offset + max_bytes
+            # Several frames are buffered: hand them out as one piece, so that whoever copies
+            # them on (splice) makes one write where it would have made one per frame.
+            parts: list[bytes | memoryview] = [memoryview(head)[offset:] if offset else head]
+            buf.popleft()
+            room = limit - available
+            while buf and room:
+                chunk = buf[0]
+                if len(chunk) <= room:
+                    parts.append(buf.popleft())
+                    room -= len(chunk)
+                else:
+                    parts.append(memoryview(chunk)[:room])
+                    self._buf_offset = room
+                    room = 0
+                    break
+            else:
+                self._buf_offset = 0
+            data = b"".join(parts)
         n = len(data)
         self._buffered -= n
         self._unacked += n

@@ -78,6 +78,24 @@ def test_round_trip_any_split(cuts: list[int]) -> None:
     assert got == frames
 
 
+def test_a_frame_cut_across_chunks_is_held_back_until_whole() -> None:
+    payload = bytes(range(256)) * 40
+    wire = encode_frame(Frame(FrameType.DATA, 0, 3, len(payload), payload)) + encode_ping(0, 9)
+    decoder = FrameDecoder(MAX)
+    assert decoder.feed(wire[:5]) == []  # inside the header
+    assert decoder.buffered == 5
+    assert decoder.feed(wire[5:4000]) == []  # inside the payload
+    assert decoder.buffered == 4000
+    assert decoder.feed(bytearray(wire[4000:8000])) == []  # a mutable chunk is copied, not kept
+    frames = decoder.feed(wire[8000:])
+    assert frames == [
+        Frame(FrameType.DATA, 0, 3, len(payload), payload),
+        Frame(FrameType.PING, 0, 0, 9),
+    ]
+    assert type(frames[0].payload) is bytes
+    assert decoder.buffered == 0
+
+
 @given(st.binary(max_size=2000))
 def test_any_bytes_give_frames_or_a_protocol_error(data: bytes) -> None:
     decoder = FrameDecoder(1024)

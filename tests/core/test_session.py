@@ -127,6 +127,22 @@ async def test_window_growth_respects_the_session_budget() -> None:
         assert server._granted_extra == 256 * 1024
 
 
+async def test_receive_some_hands_out_buffered_frames_in_one_piece() -> None:
+    ours, raw = trio.testing.memory_stream_pair()
+    async with open_session(ours, client=False) as session:
+        await raw.send_all(encode_window_update(Flag.SYN, 1, 0))
+        stream = await session.accept_stream()
+        wire = b"".join(encode_data_header(0, 1, 3) + part for part in (b"abc", b"def", b"ghi"))
+        await raw.send_all(wire)
+        await trio.testing.wait_all_tasks_blocked()
+        assert stream._buffered == 9
+        # several frames in one call, cut anywhere by max_bytes, in order
+        assert await stream.receive_some(5) == b"abcde"
+        assert await stream.receive_some(2) == b"fg"
+        assert await stream.receive_some() == b"hi"
+        assert stream._buffered == 0 and not stream._buf
+
+
 async def _read_frames(raw: trio.abc.ReceiveStream, until: FrameType) -> list:  # type: ignore[type-arg]
     decoder = FrameDecoder(64 * 1024)
     frames = []
