@@ -1,0 +1,161 @@
+"""The live screen: the current `Screen` value, change notification, encoding and frame pacing.
+
+Theory of operation. The device replaces the screen value on every input; `LiveScreen.update`
+bumps ``version`` only when the new value differs, and wakes everyone parked on the change
+event. Nothing is rendered or encoded then: encoding happens when a reader asks, in a worker
+thread, from the value current at that moment. So
+
+- a viewer that is slower than the screen changes simply gets the newest picture next time it
+  asks (latest frame wins; there is no queue to grow, not even a bounded one);
+- no viewer, no encoding; several viewers at one size share one encoding (a small cache keyed
+  by version and size);
+- `FrameStream` paces itself: after sending at time t it sends nothing before
+  t + 1/max_fps, and changes that land in between collapse into one frame.
+
+``keyframe epoch`` counts `request_keyframe` calls: a stream that has not yet answered the
+current epoch sends a frame even if the picture did not change. JPEG frames are all keyframes.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Final
+
+import trio
+
+from .._errors import InvalidInputError
+from ..base import Codec, Frame
+from .render import encode_jpeg, encode_png, render
+from .ui import Screen
+
+__all__ = ["FrameStream", "LiveScreen"]
+
+MAX_FPS_LIMIT: Final = 120.0
+MIN_MAX_SIZE: Final = 16
+_JPEG_CACHE: Final = 4
+
+
+class LiveScreen:
+    def __init__(self, screen: Screen, *, started_at: float) -> None:
+        self._screen = screen
+        self._version = 0
+        self._key_epoch = 0
+        self._changed = trio.Event()
+        self._closed = False
+        self.started_at = started_at
+        self._png: tuple[int, bytes] | None = None
+        self._jpeg: dict[tuple[int, int | None], tuple[bytes, int, int]] = {}
+
+    @property
+    def screen(self) -> Screen:
+        return self._screen
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    @property
+    def key_epoch(self) -> int:
+        return self._key_epoch
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def update(self, screen: Screen) -> bool:
+        """Make ``screen`` current; True if the picture changed."""
+        if screen == self._screen:
+            return False
+        self._screen = screen
+        self._version += 1
+        self._jpeg.clear()
+        self._wake()
+        return True
+
+    def request_keyframe(self) -> None:
+        self._key_epoch += 1
+        self._wake()
+
+    def close(self) -> None:
+        self._closed = True
+        self._wake()
+
+    async def wait_changed(self, version: int, key_epoch: int) -> None:
+        """Return once the screen is past ``version``, a keyframe was asked, or it closed."""
+        while self._version == version and self._key_epoch == key_epoch and not self._closed:
+            await self._changed.wait()
+
+    async def png(self) -> bytes:
+        version, screen = self._version, self._screen
+        if self._png is not None and self._png[0] == version:
+            await trio.lowlevel.checkpoint()
+            return self._png[1]
+        data = await trio.to_thread.run_sync(lambda: encode_png(render(screen)))
+        if version == self._version:
+            self._png = (version, data)
+        return data
+
+    async def jpeg(self, max_size: int | None) -> tuple[int, bytes, int, int]:
+        """(version, data, width, height) of the current picture."""
+        version, screen = self._version, self._screen
+        cached = self._jpeg.get((version, max_size))
+        if cached is not None:
+            await trio.lowlevel.checkpoint()
+            return (version, *cached)
+        encoded = await trio.to_thread.run_sync(lambda: encode_jpeg(render(screen), max_size))
+        if version == self._version:
+            if len(self._jpeg) >= _JPEG_CACHE:
+                self._jpeg.clear()
+            self._jpeg[(version, max_size)] = encoded
+        return (version, *encoded)
+
+    def frames(self, *, max_fps: float, max_size: int | None) -> FrameStream:
+        return FrameStream(self, max_fps=max_fps, max_size=max_size)
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+
+class FrameStream:
+    """One viewer's frames: an async iterator that ends when the device closes."""
+
+    def __init__(self, live: LiveScreen, *, max_fps: float, max_size: int | None) -> None:
+        if not (math.isfinite(max_fps) and 0 < max_fps <= MAX_FPS_LIMIT):
+            raise InvalidInputError(f"max_fps must be in (0, {MAX_FPS_LIMIT:g}]: {max_fps!r}")
+        if max_size is not None and max_size < MIN_MAX_SIZE:
+            raise InvalidInputError(f"max_size must be at least {MIN_MAX_SIZE}: {max_size!r}")
+        self._live = live
+        self._interval = 1.0 / max_fps
+        self._max_size = max_size
+        self._sent_version: int | None = None
+        self._sent_epoch = live.key_epoch
+        self._not_before = -math.inf  # trio time before which the next frame may not go out
+        self._seq = 0
+
+    def __aiter__(self) -> FrameStream:
+        return self
+
+    async def __anext__(self) -> Frame:
+        live = self._live
+        if self._sent_version is not None:
+            await live.wait_changed(self._sent_version, self._sent_epoch)
+            await trio.sleep_until(self._not_before)
+        if live.closed:
+            raise StopAsyncIteration
+        epoch = live.key_epoch
+        version, data, width, height = await live.jpeg(self._max_size)
+        now = trio.current_time()
+        self._sent_version, self._sent_epoch = version, epoch
+        self._not_before = now + self._interval
+        frame = Frame(
+            codec=Codec.JPEG,
+            data=data,
+            width=width,
+            height=height,
+            pts_us=round((now - live.started_at) * 1_000_000),
+            keyframe=True,
+            seq=self._seq,
+        )
+        self._seq += 1
+        return frame
