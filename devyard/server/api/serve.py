@@ -18,6 +18,13 @@ import attrs
 import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve
+from hypercorn.typing import (
+    ASGIFramework,
+    ASGIReceiveCallable,
+    ASGISendCallable,
+    ASGISendEvent,
+    Scope,
+)
 
 from ..config import ListenAddress, ServerConfig
 from ..store.base import Store
@@ -25,7 +32,7 @@ from .app import create_app
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BoundServer", "serve_api"]
+__all__ = ["BoundServer", "ShieldedSend", "serve_api"]
 
 _KEEP_ALIVE_S: Final = 75.0  # longer than common proxies' idle timeouts (60 s)
 
@@ -37,6 +44,32 @@ class BoundServer:
     local_url: str  # http://HOST:PORT actually bound
     base_url: str  # what clients are told: public_url, else local_url
     port: int
+
+
+class ShieldedSend:
+    """ASGI middleware: the server's ``send`` runs shielded from the app's cancellation.
+
+    Why: Quart-Trio cancels its per-request nursery as soon as the response is out, and Hypercorn
+    does connection bookkeeping inside that ``send`` call. When a response completes before the
+    request body has arrived (a 401 or 413 that never reads it), Hypercorn must close the
+    connection from inside ``send``; the cancellation interrupts the close at its first
+    checkpoint and leaves the connection open and dead, so a keep-alive client's next request
+    hangs. Hypercorn already shields the socket write itself; this extends the shield to the
+    rest of ``send`` (a few non-blocking steps). Regression test:
+    tests/server/api/test_serve.py::test_an_unread_body_closes_the_connection_not_hangs.
+    """
+
+    def __init__(self, app: ASGIFramework) -> None:
+        self.app = app
+
+    async def __call__(
+        self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable
+    ) -> None:
+        async def shielded_send(message: ASGISendEvent) -> None:
+            with trio.CancelScope(shield=True):
+                await send(message)
+
+        await self.app(scope, receive, shielded_send)
 
 
 def _hypercorn_config(config: ServerConfig) -> HypercornConfig:
@@ -61,7 +94,13 @@ async def serve_api(
     app = create_app(store, config)
     async with trio.open_nursery() as nursery:
         binds: list[str] = await nursery.start(
-            partial(serve, app, _hypercorn_config(config), shutdown_trigger=shutdown_trigger)
+            partial(
+                serve,
+                ShieldedSend(app),
+                _hypercorn_config(config),
+                shutdown_trigger=shutdown_trigger,
+                mode="asgi",
+            )
         )
         local_url = binds[0]
         port = urlsplit(local_url).port or 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+import trio
 from quart import Blueprint, Response, jsonify
 
 from ...store import errors as store_errors
@@ -26,8 +27,9 @@ async def livez() -> dict[str, str]:
 async def readyz() -> dict[str, str]:
     try:
         await state().store.ping()
-    except store_errors.StoreUnavailable as exc:
-        # The spec's readiness answer is 500, not 503: load balancers take any 5xx.
+    except (store_errors.StoreError, trio.ClosedResourceError) as exc:
+        # Unreachable, or closed because the server is shutting down. The spec's answer is
+        # 500 (not 503): load balancers take any 5xx as "send traffic elsewhere".
         raise InternalError("not ready: the database is unavailable", reason="not_ready") from exc
     return {"message": "ready"}
 

@@ -1,0 +1,93 @@
+"""The server config: defaults < file < environment < flags; unknown keys are errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from devyard.server.config import (
+    ConfigError,
+    ListenAddress,
+    ServerConfig,
+    load_server_config,
+    redact_url,
+)
+
+
+def test_defaults_need_only_a_data_dir(tmp_path: Path) -> None:
+    config = load_server_config(flags={"data_dir": str(tmp_path)})
+    assert config.data_dir == tmp_path
+    assert config.listen == ListenAddress("127.0.0.1", 8080)
+    assert config.database_url is None
+    assert config.base_url == "http://127.0.0.1:8080"
+    assert config.sqlite_path == tmp_path / "devyard.sqlite3"
+    assert config.rate_limit.enabled
+
+
+def test_missing_data_dir_is_an_error() -> None:
+    with pytest.raises(ConfigError, match="data_dir is required"):
+        load_server_config()
+
+
+def test_flags_beat_environment_beat_file(tmp_path: Path) -> None:
+    file = tmp_path / "devyard.toml"
+    file.write_text(
+        'data_dir = "/from/file"\nlisten = "0.0.0.0:1"\nregion = "file-region"\n'
+        "[rate_limit]\nrate = 5\nburst = 7\n"
+    )
+    env = {
+        "DEVYARD_LISTEN": "127.0.0.2:2",
+        "DEVYARD_RATE_LIMIT_BURST": "9",
+        "DEVYARD_RATE_LIMIT_ENABLED": "false",
+        "DEVYARD_API_KEY": "ignored: a client variable",
+    }
+    config = load_server_config(flags={"listen": "[::1]:3", "data_dir": None}, env=env, file=file)
+    assert config.data_dir == Path("/from/file")
+    assert config.listen == ListenAddress("::1", 3)
+    assert config.region == "file-region"
+    assert (config.rate_limit.rate, config.rate_limit.burst) == (5.0, 9)
+    assert config.rate_limit.enabled is False
+    assert config.base_url == "http://[::1]:3"
+
+
+def test_the_file_can_come_from_the_environment_and_be_yaml(tmp_path: Path) -> None:
+    file = tmp_path / "devyard.yaml"
+    file.write_text("data_dir: /d\npublic_url: https://devyard.example.com/\n")
+    config = load_server_config(env={"DEVYARD_CONFIG": str(file)})
+    assert config.public_url == "https://devyard.example.com"
+    assert config.base_url == "https://devyard.example.com"
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ('data_dir = "/d"\ncolour = "red"\n', "unknown key 'colour'"),
+        ('data_dir = "/d"\n[rate_limit]\nburts = 1\n', "unknown key 'rate_limit.burts'"),
+        ('data_dir = "/d"\nlisten = "nope"\n', "listen: expected HOST:PORT"),
+        ('data_dir = "/d"\nlisten = "h:70000"\n', "port must be"),
+        ('data_dir = "/d"\ndatabase_url = "mysql://x"\n', "postgresql://"),
+        ('data_dir = "/d"\npublic_url = "ftp://x"\n', "http"),
+        ('data_dir = "/d"\n[rate_limit]\nrate = 0\n', "positive"),
+        ('data_dir = "/d"\n[rate_limit]\nenabled = "perhaps"\n', "true or false"),
+        ("data_dir = [\n", "devyard.toml"),
+    ],
+)
+def test_bad_files_name_the_key(tmp_path: Path, text: str, match: str) -> None:
+    file = tmp_path / "devyard.toml"
+    file.write_text(text)
+    with pytest.raises(ConfigError, match=match):
+        load_server_config(file=file)
+
+
+def test_bad_environment_names_the_variable() -> None:
+    with pytest.raises(ConfigError, match="DEVYARD_RATE_LIMIT_BURST"):
+        load_server_config(env={"DEVYARD_DATA_DIR": "/d", "DEVYARD_RATE_LIMIT_BURST": "lots"})
+
+
+def test_passwords_never_reach_a_repr() -> None:
+    url = "postgresql://devyard:hunter2@db.example/devyard"
+    config = ServerConfig(data_dir=Path("/d"), database_url=url)
+    assert "hunter2" not in repr(config)
+    assert redact_url(url) == "postgresql://devyard:***@db.example/devyard"
+    assert redact_url("postgresql://db.example/x") == "postgresql://db.example/x"
