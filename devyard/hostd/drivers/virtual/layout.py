@@ -59,6 +59,12 @@ class TargetKind(enum.Enum):
     CONTENT = "content"
 
 
+_NAV_KINDS: Final = {
+    3: (TargetKind.NAV_BACK, TargetKind.NAV_HOME, TargetKind.NAV_RECENTS),  # Android
+    1: (TargetKind.NAV_HOME,),  # iOS home indicator
+}
+
+
 @attrs.frozen
 class Target:
     kind: TargetKind
@@ -113,13 +119,8 @@ class Layout:
 
     def hit(self, x: int, y: int, *, launcher: bool, app_count: int) -> Target:
         """What a touch at pixel (x, y) lands on."""
-        for kind, rect in zip(
-            (TargetKind.NAV_BACK, TargetKind.NAV_HOME, TargetKind.NAV_RECENTS)
-            if len(self.nav_buttons) == 3
-            else (TargetKind.NAV_HOME,),
-            self.nav_buttons,
-            strict=True,
-        ):
+        kinds = _NAV_KINDS.get(len(self.nav_buttons), ())
+        for kind, rect in zip(kinds, self.nav_buttons, strict=True):
             if rect.contains(x, y):
                 return Target(kind)
         if launcher:
