@@ -9,7 +9,7 @@ import httpx
 import pytest
 import trio
 
-from .cli import clean_env, run, start
+from ._cli import clean_env, run, start
 
 pytestmark = pytest.mark.slow
 

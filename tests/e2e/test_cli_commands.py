@@ -16,7 +16,7 @@ from devyard.server.bootstrap import bootstrap_organization
 from devyard.server.config import ListenAddress, ServerConfig
 from devyard.server.store import open_store
 
-from .cli import clean_env, run
+from ._cli import clean_env, run
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,7 @@ import httpx
 import pytest
 import trio
 
-from .cli import clean_env, start
+from ._cli import clean_env, start
 
 pytestmark = pytest.mark.slow
 
