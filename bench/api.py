@@ -1,0 +1,194 @@
+"""`python -m bench api`: requests/s of the control API on SQLite and on PostgreSQL.
+
+For each backend a real `devyard server` process listens on 127.0.0.1 (port 0; SQLite in a
+temporary data dir, or a database of a throwaway PostgreSQL cluster), bootstrapped by a real
+`devyard admin bootstrap`. This process is the load: `--concurrency` trio tasks on one
+keep-alive connection each, for `--duration` seconds per figure after a short warm-up.
+
+Figures per backend: `whoami_rps` (GET /whoami: key lookup, membership, user, organization)
+and `list_api_keys_rps` (GET /organizations/{id}/apiKeys with `--keys` keys listed), counting
+200 answers only; any other answer is counted in `errors`. The rate limiter stays on, with a
+limit the load cannot reach, so its cost is in the figures. The last line printed is one JSON
+object: {"bench": "api", "results": {"sqlite": {...}, "postgres": {...}}, ...}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from typing import Any, Final
+
+import httpx
+import trio
+
+from devyard.server.store.pgcluster import ClusterUnavailable, temporary_cluster
+
+START_TIMEOUT: Final = 60.0
+WARMUP_S: Final = 1.0
+DEVYARD: Final = [sys.executable, "-m", "devyard"]
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DEVYARD_")}
+    env.update(DEVYARD_RATE_LIMIT_RATE="1000000", DEVYARD_RATE_LIMIT_BURST="1000000")
+    return env
+
+
+@contextmanager
+def _postgres_url() -> Iterator[str | None]:
+    """A fresh database of a throwaway cluster, or None (with the reason on stderr)."""
+    try:
+        with temporary_cluster() as cluster:
+            yield cluster.create_database("bench_api")
+    except ClusterUnavailable as exc:
+        print(f"bench api: skipping PostgreSQL: {exc}", file=sys.stderr)
+        yield None
+
+
+async def _bootstrap(store_flags: list[str]) -> str:
+    result = await trio.run_process(
+        [*DEVYARD, "admin", "bootstrap", *store_flags, "--org", "bench"],
+        env=_env(),
+        capture_stdout=True,
+        capture_stderr=True,
+    )
+    key: str = result.stdout.decode().splitlines()[-1].strip()
+    return key
+
+
+async def _start_server(nursery: trio.Nursery, store_flags: list[str]) -> tuple[trio.Process, str]:
+    process = await trio.lowlevel.open_process(
+        [*DEVYARD, "server", *store_flags, "--listen", "127.0.0.1:0", "--log-level", "warning"],
+        stdout=subprocess.PIPE,
+        env=_env(),
+    )
+    assert process.stdout is not None
+    buffer = b""
+    with trio.fail_after(START_TIMEOUT):
+        while (match := re.search(rb"serving at (http://\S+)", buffer)) is None:
+            chunk = await process.stdout.receive_some(4096)
+            if not chunk:
+                raise RuntimeError("devyard server exited before serving")
+            buffer += chunk
+    nursery.start_soon(_drain, process.stdout)
+    return process, match.group(1).decode()
+
+
+async def _drain(stream: trio.abc.ReceiveStream) -> None:
+    while await stream.receive_some(4096):
+        pass
+
+
+async def _load(url: str, key: str, path: str, concurrency: int, duration: float) -> dict[str, Any]:
+    """Requests/s of GET *path* with *concurrency* workers for *duration* seconds."""
+    counts = {"ok": 0, "errors": 0}
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    headers = {"Authorization": f"Bearer {key}"}
+    async with httpx.AsyncClient(base_url=url, headers=headers, limits=limits) as http:
+
+        async def worker(counting: bool) -> None:
+            while True:
+                response = await http.get(path)
+                if counting:
+                    counts["ok" if response.status_code == 200 else "errors"] += 1
+
+        for counting, seconds in ((False, WARMUP_S), (True, duration)):
+            start = trio.current_time()
+            with trio.move_on_after(seconds):
+                async with trio.open_nursery() as nursery:
+                    for _ in range(concurrency):
+                        nursery.start_soon(worker, counting)
+            elapsed = trio.current_time() - start
+    return {"rps": round(counts["ok"] / elapsed, 1), "errors": counts["errors"]}
+
+
+async def _measure(store_flags: list[str], args: argparse.Namespace) -> dict[str, Any]:
+    key = await _bootstrap(store_flags)
+    async with trio.open_nursery() as nursery:
+        process, url = await _start_server(nursery, store_flags)
+        try:
+            headers = {"Authorization": f"Bearer {key}"}
+            async with httpx.AsyncClient(base_url=url, headers=headers) as http:
+                org_id = (await http.get("/whoami")).json()["organization"]["id"]
+                for i in range(args.keys - 1):
+                    made = await http.post(
+                        f"/organizations/{org_id}/apiKeys", json={"name": f"k{i}"}
+                    )
+                    made.raise_for_status()
+            whoami = await _load(url, key, "/whoami", args.concurrency, args.duration)
+            listing = await _load(
+                url, key, f"/organizations/{org_id}/apiKeys", args.concurrency, args.duration
+            )
+        finally:
+            process.send_signal(signal.SIGTERM)
+            with trio.move_on_after(15):
+                await process.wait()
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+            nursery.cancel_scope.cancel()
+    return {
+        "whoami_rps": whoami["rps"],
+        "list_api_keys_rps": listing["rps"],
+        "errors": whoami["errors"] + listing["errors"],
+    }
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench api", description=__doc__)
+    parser.add_argument("--duration", type=float, default=5.0, help="seconds per figure")
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--keys", type=int, default=20, help="API keys in the listed org")
+    parser.add_argument(
+        "--backends", default="sqlite,postgres", help="comma-separated: sqlite, postgres"
+    )
+    args = parser.parse_args(argv)
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()]
+    if not set(backends) <= {"sqlite", "postgres"} or args.duration <= 0 or args.keys < 1:
+        parser.error("bad --backends, --duration or --keys")
+
+    results: dict[str, Any] = {}
+    with ExitStack() as stack:
+        for backend in backends:
+            data_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-api-"))
+            flags = ["--data-dir", data_dir]
+            if backend == "postgres":
+                url = stack.enter_context(_postgres_url())
+                if url is None:
+                    results[backend] = None
+                    continue
+                flags += ["--database-url", url]
+            results[backend] = trio.run(_measure, flags, args)
+            print(
+                f"{backend:>8}: GET /whoami {results[backend]['whoami_rps']:>8.1f} req/s   "
+                f"GET .../apiKeys ({args.keys} keys) {results[backend]['list_api_keys_rps']:>8.1f}"
+                f" req/s   errors {results[backend]['errors']}",
+                flush=True,
+            )
+    summary = {
+        "bench": "api",
+        "results": results,
+        "config": {
+            "duration_s": args.duration,
+            "concurrency": args.concurrency,
+            "keys": args.keys,
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+        },
+    }
+    print(json.dumps(summary))
+    failed = any(r is not None and r["errors"] for r in results.values())
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
