@@ -69,7 +69,6 @@ def create_app(
             config=config,
             contract=contract,
             authenticator=Authenticator(store, clock=clock),
-            clock=clock,
             key_limiter=_limiter(config, clock),
             client_limiter=_limiter(config, clock),
             plans=plans,

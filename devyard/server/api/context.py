@@ -7,7 +7,7 @@ so they only see input the OpenAPI document allows.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -50,7 +50,6 @@ class ApiState:
     config: ServerConfig
     contract: Contract
     authenticator: Authenticator
-    clock: Callable[[], float]
     key_limiter: KeyedRateLimiter | None  # per API key; None when rate limiting is off
     client_limiter: KeyedRateLimiter | None  # per client address, anonymous writes only
     plans: Mapping[str, Plan]
