@@ -199,9 +199,9 @@ class AdbConnection:
     async def _serve_stream(self, stream: AdbStream) -> None:
         try:
             await self._run_service_fn(stream, self)
-        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            log.debug("%r ended: %s", stream, exc)
-        except Exception:
+        except* (trio.BrokenResourceError, trio.ClosedResourceError) as group:
+            log.debug("%r ended: %s", stream, group.exceptions[0])
+        except* Exception:
             # A bug in one service must not take the device's other streams down with it.
             log.exception("service %r failed", stream.service)
         finally:

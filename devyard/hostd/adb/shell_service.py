@@ -72,12 +72,26 @@ async def serve_shell(
     pty = "pty" in options or ("raw" not in options and not command)
     if "v2" not in options:
         io = _raw_io(stream)
+        if pty:
+            io = _terminal(io)
         if command:
             await sh.run_line(command, io)
         else:
             await _interactive(sh, io, pty)
         return
     await _shell_v2(stream, sh, command, pty)
+
+
+def _terminal(io: CommandIO) -> CommandIO:
+    """Output as a pty gives it: newlines become CR LF (binary output suffers, as on a device)."""
+
+    async def stdout(data: bytes) -> None:
+        await io.stdout(data.replace(b"\n", b"\r\n"))
+
+    async def stderr(data: bytes) -> None:
+        await io.stderr(data.replace(b"\n", b"\r\n"))
+
+    return CommandIO(stdout, stderr, io.stdin)
 
 
 async def _shell_v2(stream: AdbStream, sh: Interpreter, command: str, pty: bool) -> None:
@@ -113,6 +127,8 @@ async def _shell_v2(stream: AdbStream, sh: Interpreter, command: str, pty: bool)
         cancel_scope.cancel()  # the host closed the stream: stop the command
 
     io = CommandIO(stdout=stdout, stderr=stderr, stdin=_ChannelStdin(receive_stdin))
+    if pty:
+        io = _terminal(io)
     status = None
     async with trio.open_nursery() as nursery:
         nursery.start_soon(read_host, nursery.cancel_scope)
@@ -130,8 +146,8 @@ async def _interactive(sh: Interpreter, io: CommandIO, pty: bool) -> int:
         await io.stdout(_PROMPT)
     while chunk := await io.stdin.read():
         if pty:
-            chunk = chunk.replace(b"\r", b"\n")
-            await io.stdout(chunk.replace(b"\n", b"\r\n"))
+            chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+            await io.stdout(chunk)  # the terminal's echo
         pending += chunk
         while b"\n" in pending:
             line, pending = pending.split(b"\n", 1)

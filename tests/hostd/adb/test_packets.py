@@ -178,3 +178,21 @@ def test_pure_modules_import_no_trio(module: str) -> None:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             imported.add(node.module.split(".")[0])
     assert "trio" not in imported
+
+
+@given(st.binary(max_size=300))
+def test_any_bytes_give_sync_messages_or_a_protocol_error(data: bytes) -> None:
+    try:
+        for message in SyncDecoder().feed(data):
+            assert len(message.payload) <= 64 * 1024
+    except RemoteProtocolError:
+        pass
+
+
+@given(st.binary(max_size=300))
+def test_any_bytes_give_shell_packets_or_a_protocol_error(data: bytes) -> None:
+    try:
+        for kind, _ in ShellPacketDecoder().feed(data):
+            assert isinstance(kind, ShellId)
+    except RemoteProtocolError:
+        pass
