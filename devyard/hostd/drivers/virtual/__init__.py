@@ -5,6 +5,14 @@ xcode/gradle build machines; see `device.VirtualDevice` for the API and docs/dev
 the decisions (screen sizes, APK package detection, the port model).
 """
 
-from .device import VirtualDevice, open_virtual_device
+from .device import DRIVER_NAME, VirtualDevice, open_virtual_device
+from .ports import ListeningSocket, PortHandler, SocketKind
 
-__all__ = ["VirtualDevice", "open_virtual_device"]
+__all__ = [
+    "DRIVER_NAME",
+    "ListeningSocket",
+    "PortHandler",
+    "SocketKind",
+    "VirtualDevice",
+    "open_virtual_device",
+]

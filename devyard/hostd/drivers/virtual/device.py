@@ -42,6 +42,16 @@ Public API (stable; the ADB device side and the per-instance services code again
         dev.map_port(port, host_port) ; dev.map_abstract(name, host_port) ; dev.unmap_*(...)
         dev.listening() -> list[ListeningSocket]          # for /proc/net/tcp, /proc/net/unix
     await dev.aclose()                                    # idempotent; removes the sandbox
+
+Theory of operation. The device is a shell over parts that each own one kind of state: the
+UI (`ui.Screen`, a frozen value held by `frames.LiveScreen`), installed apps (`apps.AppStore`),
+Android settings (`settings.AndroidSettings`), files (`sandbox.Sandbox`), device sockets
+(`ports.PortTable`) and the log (`logbuffer.LogBuffer`). Input verbs are synchronous
+transitions of the screen value (``_apply``) followed by a checkpoint; anything that touches
+the disk runs in a worker thread. Apps and settings are written to the sandbox's state file
+after every change, so a driver restarted on the same sandbox finds them again. Lifecycle:
+NEW -> RUNNING (``start``) -> CLOSED (``aclose``); verbs outside RUNNING raise, and closing
+ends every frame iterator and log follower and refuses new socket connections.
 """
 
 from __future__ import annotations
@@ -135,7 +145,13 @@ class VirtualDevice:
         now = trio.current_time()
         self._live.started_at = now
         self._logs = LogBuffer(started_at=now)
-        saved = await self._sandbox.create()
+        try:
+            saved = await self._sandbox.create()
+        except BaseException:
+            self._state = _State.CLOSED
+            with trio.CancelScope(shield=True):
+                await self._sandbox.destroy()
+            raise
         self._state = _State.RUNNING
         self._apps.load(saved.get("apps", []))
         self._settings.load(saved.get("settings", {}))

@@ -183,21 +183,21 @@ def _content(screen: Screen, layout: Layout, app: UiApp, browser: bool) -> Image
     draw = ImageDraw.Draw(canvas)
     font = _font(layout.scaled(15))
     margin = layout.scaled(16)
-    if browser:
-        host = urlsplit(screen.url).hostname or "about:blank"
-        draw.text((margin, margin), _fit(host, _font(layout.scaled(24)), area.width), fill=INK,
-                  font=_font(layout.scaled(24)))  # fmt: skip
-        first = 3
-    else:
-        first = 0
     offset = screen.scroll_of(app.app_id)
     rows = layout.row_height
+    first = 0
+    if browser:  # a page: the host as its heading, then paragraphs, all scrolling together
+        host = urlsplit(screen.url).hostname or "about:blank"
+        heading = _font(layout.scaled(24))
+        title = _fit(host, heading, area.width - 2 * margin)
+        draw.text((margin, margin - offset), title, font=heading, fill=INK)
+        first = 2
     for row in range(first, CONTENT_ROWS):
         top = row * rows - offset
         if top + rows < 0 or top > area.height:
             continue
         draw.line((margin, top + rows - 1, area.width - margin, top + rows - 1), fill=LINE)
-        label = f"{app.label} item {row + 1}"
+        label = f"{host} paragraph {row - first + 1}" if browser else f"{app.label} item {row + 1}"
         draw.text((margin, top + rows // 2), label, font=font, fill=INK, anchor="lm")
     return canvas
 
