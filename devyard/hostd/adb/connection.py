@@ -77,7 +77,7 @@ class AdbConnection:
         self._outbound_data = 0  # WRTE payload bytes in self._outbound
         self._writer_lot = ParkingLot()
         self._room_lot = ParkingLot()
-        self._online_event = trio.Event()
+        self._writing = False  # the writer is inside send_all
         self._nursery: trio.Nursery | None = None
         self._ended = False
 
@@ -105,7 +105,7 @@ class AdbConnection:
                 self._lose_all()
                 # Let the last answers (a CLSE, an exit code) go out before the transport closes.
                 with trio.move_on_after(self.config.close_grace):
-                    while self._outbound and not self._ended:
+                    while (self._outbound or self._writing) and not self._ended:
                         await self._room_lot.park()
                 nursery.cancel_scope.cancel()
         finally:
@@ -114,12 +114,6 @@ class AdbConnection:
             await trio.aclose_forcefully(self._transport)
         if isinstance(error, ProtocolError):
             raise error
-
-    def spawn(self, fn: Callable[..., Awaitable[Any]], *args: object) -> None:
-        """Start a task the connection owns (a service's helper, a reverse listener)."""
-        if self._nursery is None or self._ended:
-            raise trio.BrokenResourceError("the ADB connection ended")
-        self._nursery.start_soon(fn, *args)
 
     async def start(self, fn: Callable[..., Awaitable[Any]], *args: object) -> Any:
         """`nursery.start()` in the connection's nursery: for listeners that report readiness."""
@@ -136,9 +130,6 @@ class AdbConnection:
         self.enqueue(Packet(Command.OPEN, stream.local_id, 0, service.encode() + b"\0"))
         await stream.wait_opened()
         return stream
-
-    async def wait_online(self) -> None:
-        await self._online_event.wait()
 
     # ---- the outbound queue (streams call these) --------------------------------------------
 
@@ -176,6 +167,7 @@ class AdbConnection:
                 size += len(item)
                 if item[:4] == b"WRTE":
                     data += len(item) - header_size
+            self._writing = True
             try:
                 await self._transport.send_all(batch[0] if len(batch) == 1 else b"".join(batch))
             except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -183,6 +175,8 @@ class AdbConnection:
                 self._lose_all()
                 self._room_lot.unpark_all()
                 return
+            finally:
+                self._writing = False
             self._outbound_data -= data
             self._room_lot.unpark_all()
 
@@ -244,7 +238,6 @@ class AdbConnection:
         self.host_banner = packet.data.rstrip(b"\0").decode("utf-8", "replace")
         self.enqueue(Packet(Command.CNXN, A_VERSION, self.config.max_payload, self._banner))
         self._online = True
-        self._online_event.set()
 
     def _on_open(self, packet: Packet) -> None:
         remote_id = packet.arg0
