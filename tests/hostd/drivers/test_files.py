@@ -121,3 +121,15 @@ async def test_ls_of_a_file_lists_the_file(android: VirtualDevice) -> None:
 async def test_ios_sandbox_layout(iphone: VirtualDevice) -> None:
     names = {e.name for e in await iphone.ls("/")}
     assert {"Documents", "Library", "tmp"} <= names
+
+
+async def test_a_sandbox_that_cannot_be_made_fails_start_clearly(
+    open_dev: OpenDevice, tmp_path: Path
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    with pytest.raises(DeviceFileError) as info:
+        async with open_dev(Platform.ANDROID, sandbox=blocker / "sandbox"):
+            raise AssertionError("started on an impossible sandbox")
+    assert info.value.errno == errno.ENOTDIR
+    assert blocker.read_text() == "not a directory"
