@@ -71,6 +71,14 @@ async def test_push_and_pull_are_byte_identical(connected: AdbClient, tmp_path: 
     )
     assert into_a_file.status == 1
     assert "Not a directory" in into_a_file.out + into_a_file.err
+    tree = tmp_path / "tree"
+    (tree / "sub").mkdir(parents=True)
+    (tree / "a.txt").write_bytes(b"a")
+    (tree / "sub" / "b.bin").write_bytes(payload[:100_000])
+    await connected.run("push", str(tree), "/sdcard/tree")  # SEND per file, parents made
+    await connected.run("pull", "/sdcard/tree", str(tmp_path / "tree_back"))  # listed, RECV each
+    assert (tmp_path / "tree_back" / "a.txt").read_bytes() == b"a"
+    assert (tmp_path / "tree_back" / "sub" / "b.bin").read_bytes() == payload[:100_000]
     missing = await connected.run("pull", "/sdcard/nothing", str(tmp_path / "x"), check=False)
     assert missing.status == 1
     assert "No such file or directory" in missing.out + missing.err
