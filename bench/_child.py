@@ -59,14 +59,12 @@ async def serve(
     listener: trio.SocketListener, handler: Callable[[trio.SocketStream], Awaitable[None]]
 ) -> None:
     """Accept forever; each connection's handler runs in its own task, and a connection that
-    breaks only ends itself."""
+    breaks only ends itself. (serve_listeners closes each stream after its handler.)"""
 
     async def guarded(stream: trio.SocketStream) -> None:
         try:
             await handler(stream)
         except* CONNECTION_ERRORS:
             pass
-        finally:
-            await trio.aclose_forcefully(stream)
 
     await trio.serve_listeners(guarded, [listener])

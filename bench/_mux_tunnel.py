@@ -63,12 +63,13 @@ async def _run_exit_session(transport: trio.abc.Stream, sink: tuple[str, int]) -
 async def _to_sink(stream: MuxStream, sink: tuple[str, int]) -> None:
     try:
         upstream = await trio.open_tcp_stream(*sink)
-        async with upstream:
-            await splice(stream, upstream)
+    except OSError:
+        await trio.aclose_forcefully(stream)
+        return
+    try:
+        await splice(stream, upstream)  # closes both
     except* CONNECTION_ERRORS:
         pass
-    finally:
-        await trio.aclose_forcefully(stream)
 
 
 async def _exit_tcp(sink: tuple[str, int]) -> None:
@@ -108,11 +109,7 @@ async def _exit_ws(sink: tuple[str, int]) -> None:
 
 
 async def _from_client(session: Session, client: trio.SocketStream) -> None:
-    stream = await session.open_stream()
-    try:
-        await splice(client, stream)
-    finally:
-        await trio.aclose_forcefully(stream)
+    await splice(client, await session.open_stream())  # closes both
 
 
 async def _run_entry_session(transport: trio.abc.Stream) -> None:

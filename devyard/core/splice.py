@@ -53,8 +53,8 @@ async def splice(a: trio.abc.Stream, b: trio.abc.Stream, *, linger: float = 10.0
                         nursery.cancel_scope.deadline, trio.current_time() + linger
                     )
 
-            nursery.start_soon(direction, a, b, counts[0])
             nursery.start_soon(direction, b, a, counts[1])
+            await direction(a, b, counts[0])  # in this task: one task spawn per splice, not two
     except* (trio.BrokenResourceError, trio.ClosedResourceError):
         pass  # one side went away: the other is closed below, which is all there is to do
     finally:
