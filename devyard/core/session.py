@@ -10,8 +10,9 @@ Theory of operation
   cannot hold up the others: its window, not the reader, absorbs the stall.
 * the **writer**, the only task that writes the transport: control frames (window updates,
   ACKs, pings, resets, GO_AWAY) go first, then data frames in FIFO order; everything pending,
-  up to `max_write_batch`, is joined into one `send_all`, always whole frames (a WebSocket
-  message then carries whole frames). FIN travels with the data so it never overtakes it.
+  up to `max_write_batch` (`WebSocketStream.max_send` over a WebSocket), is joined into one
+  `send_all`, always whole frames (a WebSocket message then carries whole frames). FIN
+  travels with the data so it never overtakes it.
 * the **keepalive**: PING after `keepalive_interval` without inbound frames, the session is
   dead after `dead_after`; it also resets streams whose peer never finished closing them.
 
@@ -61,6 +62,7 @@ from .config import DEFAULT_CONFIG, SessionConfig
 from .frames import MAX_STREAM_ID, Flag, Frame, FrameType, GoAwayCode
 from .state import StreamState
 from .stream import YAMUX_INITIAL_WINDOW, MuxStream
+from .transports import WebSocketStream
 
 __all__ = ["Session", "SessionStatistics", "open_session"]
 
@@ -92,6 +94,9 @@ class Session:
         self.config: Final = config
         self.client: Final = client
         self._transport = transport
+        self._max_write = config.max_write_batch
+        if isinstance(transport, WebSocketStream):  # one write is one message: keep it small
+            self._max_write = min(self._max_write, transport.max_send)
         # Go yamux sends DATA frames as large as the window; the window check bounds them.
         self._decoder = FrameDecoder(config.max_window)
         self._next_id = 1 if client else 2
@@ -300,7 +305,7 @@ class Session:
 
     async def _writer(self) -> None:
         send_all = self._transport.send_all
-        max_batch = self.config.max_write_batch
+        max_batch = self._max_write
         try:
             while True:
                 if not self._control and not self._data:

@@ -15,7 +15,7 @@ import trustme
 from devyard.core import MuxStream, Session, WebSocketStream, open_session, open_transport
 from devyard.core.codec import FrameDecoder
 from devyard.core.frames import Flag
-from devyard.core.transports import WS_MAX_MESSAGE, WS_RECEIVE_BUFFER
+from devyard.core.transports import WS_MAX_MESSAGE, WS_MAX_SEND, WS_RECEIVE_BUFFER
 
 Serve = Callable[[Session], Awaitable[None]]
 
@@ -136,8 +136,10 @@ async def test_session_over_websocket() -> None:
 
 
 async def test_websocket_messages_carry_whole_frames() -> None:
-    """Each binary message the session writes holds whole frames (a proxy may rely on it)."""
+    """Each binary message the session writes holds whole frames (a proxy may rely on it),
+    and no more than WS_MAX_SEND bytes of them."""
     seen: list[int] = []
+    sizes: list[int] = []
     fin_seen = trio.Event()
 
     async def handler(request: trio_websocket.WebSocketRequest) -> None:
@@ -148,6 +150,7 @@ async def test_websocket_messages_carry_whole_frames() -> None:
             except trio_websocket.ConnectionClosed:
                 return
             assert isinstance(message, bytes)
+            sizes.append(len(message))
             decoder = FrameDecoder(4 * 1024 * 1024)
             frames = decoder.feed(message)
             seen.append(decoder.buffered)  # 0 when the message ends on a frame boundary
@@ -170,12 +173,13 @@ async def test_websocket_messages_carry_whole_frames() -> None:
             open_session(t, client=True) as session,
         ):
             stream = await session.open_stream()
-            await stream.send_all(b"y" * 200_000)
+            await stream.send_all(b"y" * 256 * 1024)  # the whole window: 4 frames queued at once
             await stream.send_eof()
             with trio.fail_after(5):
                 await fin_seen.wait()
         nursery.cancel_scope.cancel()
     assert seen and all(left == 0 for left in seen)
+    assert max(sizes) <= WS_MAX_SEND < 4 * (64 * 1024 + 12)
 
 
 @pytest.mark.parametrize("url", ["udp://127.0.0.1:1", "tcp://127.0.0.1", "ws://:80/"])
