@@ -59,7 +59,7 @@ from .codec import (
     encode_window_update,
 )
 from .config import DEFAULT_CONFIG, SessionConfig
-from .frames import MAX_STREAM_ID, Flag, Frame, FrameType, GoAwayCode
+from .frames import HEADER_SIZE, MAX_STREAM_ID, Flag, Frame, FrameType, GoAwayCode
 from .state import StreamState
 from .stream import YAMUX_INITIAL_WINDOW, MuxStream
 from .transports import WebSocketStream
@@ -306,38 +306,43 @@ class Session:
     async def _writer(self) -> None:
         send_all = self._transport.send_all
         max_batch = self._max_write
+        write_timeout = self.config.write_timeout
+        # One scope for every write, its deadline armed only while a write is under way: a
+        # fresh move_on_after per write cost as much as the rest of a small write's bookkeeping.
+        write_scope = trio.CancelScope()
         try:
-            while True:
-                if not self._control and not self._data:
-                    if self._ended:
-                        break
-                    await self._writer_lot.park()
-                    continue
-                batch = self._control
-                self._control = []
-                size = sum(len(frame) for frame in batch)
-                data_bytes = 0
-                queue = self._data
-                while queue and (size < max_batch or not batch):
-                    header, payload = queue[0]
-                    frame_size = len(header) + len(payload)
-                    if size + frame_size > max_batch and batch:
-                        break
-                    queue.popleft()
-                    batch.append(header)
-                    if payload:
-                        batch.append(payload)  # type: ignore[arg-type]
-                    size += frame_size
-                    data_bytes += frame_size
-                with trio.move_on_after(self.config.write_timeout) as timeout:
+            with write_scope:
+                while True:
+                    if not self._control and not self._data:
+                        if self._ended:
+                            break
+                        await self._writer_lot.park()
+                        continue
+                    batch = self._control
+                    self._control = []
+                    size = HEADER_SIZE * len(batch)  # control frames are bare headers
+                    data_bytes = 0
+                    queue = self._data
+                    while queue and (size < max_batch or not batch):
+                        header, payload = queue[0]
+                        frame_size = len(header) + len(payload)
+                        if size + frame_size > max_batch and batch:
+                            break
+                        queue.popleft()
+                        batch.append(header)
+                        if payload:
+                            batch.append(payload)  # type: ignore[arg-type]
+                        size += frame_size
+                        data_bytes += frame_size
+                    write_scope.deadline = trio.current_time() + write_timeout
                     await send_all(b"".join(batch))
-                if timeout.cancelled_caught:
-                    self._end(SessionBrokenError("a transport write timed out"))
-                    break
-                self._bytes_sent += size
-                if data_bytes:
-                    self._outbound -= data_bytes
-                    self._outbound_lot.unpark_all()
+                    write_scope.deadline = math.inf
+                    self._bytes_sent += size
+                    if data_bytes:
+                        self._outbound -= data_bytes
+                        self._outbound_lot.unpark_all()
+            if write_scope.cancelled_caught:
+                self._end(SessionBrokenError("a transport write timed out"))
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             self._end(SessionBrokenError(f"transport failed: {exc!r}"))
         finally:
