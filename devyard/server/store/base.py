@@ -25,24 +25,29 @@ from __future__ import annotations
 
 import enum
 from datetime import datetime
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 import attrs
 
 __all__ = [
     "DEFAULT_SETTINGS",
+    "LIVE_STATES",
     "UNSET",
     "Affiliation",
     "ApiKey",
     "ApiKeyCredential",
     "Feedback",
     "FeedbackKind",
+    "Instance",
+    "InstanceState",
     "Member",
     "Membership",
     "Organization",
     "OrganizationSettings",
+    "Platform",
     "Role",
     "Store",
+    "TerminationReason",
     "Unset",
     "User",
 ]
@@ -161,6 +166,64 @@ class Feedback:
     created_at: datetime
 
 
+class Platform(enum.StrEnum):
+    """The instance collections; the value is the id prefix and the path's first word."""
+
+    IOS = "ios"
+    ANDROID = "android"
+    XCODE = "xcode"
+    GRADLE = "gradle"
+
+
+class InstanceState(enum.StrEnum):
+    CREATING = "creating"
+    ASSIGNED = "assigned"
+    READY = "ready"
+    TERMINATED = "terminated"
+
+
+LIVE_STATES: Final = frozenset(
+    {InstanceState.CREATING, InstanceState.ASSIGNED, InstanceState.READY}
+)
+
+
+class TerminationReason(enum.StrEnum):
+    USER_REQUESTED = "UserRequested"
+    INACTIVITY_TIMEOUT = "InactivityTimeout"
+    HARD_TIMEOUT = "HardTimeout"
+    HOST_LOST = "HostLost"
+    ERROR = "Error"
+
+
+@attrs.frozen
+class Instance:
+    """One device instance. ``token`` / ``stream_token`` are the per-instance secrets: unlike
+    API keys they are stored as issued (every read by a controlling credential shows them) and
+    cleared when the instance terminates (docs/instances.md)."""
+
+    id: str
+    org_id: str
+    platform: Platform
+    region: str
+    labels: dict[str, str]
+    spec: dict[str, Any]
+    state: InstanceState
+    created_at: datetime
+    display_name: str | None = None
+    host_id: str | None = None
+    error_message: str | None = None
+    termination_reason: TerminationReason | None = None
+    assigned_at: datetime | None = None
+    ready_at: datetime | None = None
+    terminated_at: datetime | None = None
+    token: str | None = attrs.field(default=None, repr=False)
+    stream_token: str | None = attrs.field(default=None, repr=False)
+
+    @property
+    def live(self) -> bool:
+        return self.state in LIVE_STATES
+
+
 class Store(Protocol):
     """The persistent state of the control plane. Implementations: `SqlStore` over
     SQLite or PostgreSQL, obtained with `open_store`."""
@@ -272,3 +335,58 @@ class Store(Protocol):
 
     async def list_feedback(self, *, org_id: str | None = None) -> list[Feedback]:
         """Oldest first; all of them, or one organization's."""
+
+    # -- instances (instances.py) ----------------------------------------------------------
+    async def create_instance(
+        self,
+        *,
+        org_id: str,
+        platform: Platform,
+        region: str,
+        labels: dict[str, str],
+        spec: dict[str, Any],
+        display_name: str | None,
+        token: str,
+        stream_token: str,
+    ) -> Instance:
+        """A new instance in state ``creating``, id ``<platform>_<region>_<ulid>``."""
+
+    async def get_instance(self, instance_id: str, *, org_id: str | None = None) -> Instance:
+        """``org_id`` limits the lookup to one organization (another's is NotFound)."""
+
+    async def list_instances(
+        self,
+        org_id: str,
+        platform: Platform,
+        *,
+        labels: dict[str, str] | None = None,
+        states: frozenset[InstanceState] | None = None,
+        limit: int = 50,
+        starting_after: str | None = None,
+        ending_before: str | None = None,
+    ) -> list[Instance]:
+        """One page in id order; every label in ``labels`` must match."""
+
+    async def find_live_instance(
+        self, org_id: str, platform: Platform, region: str, labels: dict[str, str]
+    ) -> Instance:
+        """The oldest live instance with exactly these labels in this region, or NotFound."""
+
+    async def list_live_instances(self, *, host_id: str | None = None) -> list[Instance]:
+        """Every instance not terminated (on one host), oldest first."""
+
+    async def transition_instance(
+        self,
+        instance_id: str,
+        to: InstanceState,
+        *,
+        expected: frozenset[InstanceState],
+        host_id: str | None = None,
+        error_message: str | None = None,
+        termination_reason: TerminationReason | None = None,
+    ) -> Instance:
+        """Moves the instance to ``to`` if its state is in ``expected`` (Conflict otherwise),
+        stamping the state's timestamp; terminating clears the tokens."""
+
+    async def get_instance_by_token(self, token: str) -> tuple[Instance, bool]:
+        """The live instance a token opens and whether it is only the stream token."""

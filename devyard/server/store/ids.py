@@ -17,7 +17,7 @@ import threading
 import time
 from typing import Final
 
-__all__ = ["Kind", "is_id", "new_id"]
+__all__ = ["Kind", "is_id", "new_id", "new_ulid"]
 
 _ALPHABET: Final = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"  # Crockford: no I, L, O, U
 _RANDOM_BITS: Final = 80
@@ -64,6 +64,11 @@ class _Monotonic:
 
 
 _generator: Final = _Monotonic()
+
+
+def new_ulid() -> str:
+    """The ULID part alone, for ids whose prefix is not a fixed `Kind` (instances)."""
+    return _encode(_generator.next())
 
 
 def new_id(kind: Kind) -> str:

@@ -116,4 +116,46 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
             "CREATE INDEX feedback_by_org ON feedback (org_id)",
         ),
     ),
+    Migration(
+        2,
+        "instances: one table for the four collections, labels beside it for selectors",
+        (
+            """
+            CREATE TABLE instances (
+                id                 TEXT PRIMARY KEY,
+                org_id             TEXT NOT NULL REFERENCES organizations (id) ON DELETE CASCADE,
+                platform           TEXT NOT NULL
+                                   CHECK (platform IN ('ios', 'android', 'xcode', 'gradle')),
+                region             TEXT NOT NULL,
+                host_id            TEXT,
+                display_name       TEXT,
+                labels             TEXT NOT NULL,
+                labels_key         TEXT NOT NULL,
+                spec               TEXT NOT NULL,
+                state              TEXT NOT NULL
+                                   CHECK (state IN ('creating', 'assigned', 'ready', 'terminated')),
+                error_message      TEXT,
+                termination_reason TEXT,
+                token              TEXT UNIQUE,
+                stream_token       TEXT UNIQUE,
+                created_at         {timestamp} NOT NULL,
+                assigned_at        {timestamp},
+                ready_at           {timestamp},
+                terminated_at      {timestamp}
+            )
+            """,
+            "CREATE INDEX instances_by_org ON instances (org_id, platform, id)",
+            "CREATE INDEX instances_by_labels ON instances (org_id, platform, region, labels_key)",
+            "CREATE INDEX instances_by_state ON instances (state, host_id)",
+            """
+            CREATE TABLE instance_labels (
+                instance_id TEXT NOT NULL REFERENCES instances (id) ON DELETE CASCADE,
+                key         TEXT NOT NULL,
+                value       TEXT NOT NULL,
+                PRIMARY KEY (instance_id, key)
+            )
+            """,
+            "CREATE INDEX instance_labels_by_pair ON instance_labels (key, value, instance_id)",
+        ),
+    ),
 )
