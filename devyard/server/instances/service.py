@@ -1,0 +1,366 @@
+"""`InstanceService`: creates, ends and watches instances; the edge's `InstanceEvents`.
+
+Theory of operation. The store row is the truth about an instance; every change goes through
+the lifecycle table (`lifecycle.py`) as a compare-and-set on the row, so a delete racing a
+timeout or a host event ends the instance exactly once. What lives only in memory is what a
+restart may lose without harm: ``trio.Event``s that ``wait_ready`` callers sleep on, and the
+timeout deadlines, which `run` rebuilds from the live rows when it starts (a restart grants
+a fresh inactivity period).
+
+Creation never leaves an instance stuck in ``creating``: placement fails *before* a row is
+written when no host has room (`NoCapacity`), and an order that no host accepts terminates
+the row with ``Error`` before the caller hears `NoCapacity`. Ending an instance writes the
+row first (state), then tells the host under a bounded, shielded grace.
+
+Timeouts run in one task, `run`, owned by the server's nursery: it sleeps until the earliest
+deadline (or until a new one is set) and ends what is due. Inactivity counts from ``ready``
+and from every `touch` (the edge calls it on any client traffic to the instance); the hard
+timeout counts from creation.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any, Final, NoReturn
+
+import attrs
+import trio
+
+from ..hosts import (
+    HostInfo,
+    HostRegistry,
+    HostUnavailableError,
+    InstanceEvent,
+    InstanceOrder,
+    InstancePhase,
+)
+from ..store import errors as store_errors
+from ..store import tokens
+from ..store.base import Instance, InstanceState, Organization, Platform, Store, TerminationReason
+from .durations import format_duration, parse_duration
+from .lifecycle import IllegalTransition, LifecycleEvent, expected_for, next_state
+from .placement import (
+    ClientLocation,
+    NoCapacity,
+    PlacementRequest,
+    RegionInfo,
+    place,
+    preferred_region,
+)
+
+log = logging.getLogger(__name__)
+
+__all__ = ["EmptyRegistry", "InstanceService", "NewInstance"]
+
+INSTANCE_TOKEN_PREFIX: Final = "dyi"  # noqa: S105 - a prefix, not a secret
+STREAM_TOKEN_PREFIX: Final = "dys"  # noqa: S105 - a prefix, not a secret
+STOP_GRACE: Final = 10.0  # seconds a host gets to take a stop order
+
+
+class EmptyRegistry:
+    """A registry with no hosts: a real configuration (the control plane alone), in which
+    every create answers "no capacity"."""
+
+    def hosts(self) -> list[HostInfo]:
+        return []
+
+    async def start_instance(self, host_id: str, order: InstanceOrder) -> None:
+        await trio.lowlevel.checkpoint()
+        raise HostUnavailableError(host_id)
+
+    async def stop_instance(self, host_id: str, instance_id: str) -> None:
+        await trio.lowlevel.checkpoint()
+
+
+@attrs.frozen
+class NewInstance:
+    """A create request, already checked against the document."""
+
+    platform: Platform
+    labels: dict[str, str]
+    display_name: str | None
+    spec: dict[str, Any]
+    client_ip: str | None = None
+
+
+@attrs.define
+class _Deadlines:
+    inactivity_s: int
+    hard_at: float | None  # trio time
+    idle_since: float | None = None  # trio time of ready or last touch; None until ready
+
+
+def _placement_request(new: NewInstance) -> PlacementRequest:
+    spec = new.spec
+    client_ip, location = new.client_ip, None
+    for clue in spec.get("clues", []):
+        if clue.get("kind") == "ClientIP" and clue.get("clientIp"):
+            client_ip = clue["clientIp"]
+        elif clue.get("kind") == "ClientLocation":
+            location = ClientLocation(float(clue["latitude"]), float(clue["longitude"]))
+    return PlacementRequest(
+        platform=new.platform.value,
+        region=spec.get("region"),
+        jurisdiction=spec.get("jurisdiction"),
+        client_ip=client_ip,
+        client_location=location,
+    )
+
+
+def normalise_spec(spec: dict[str, Any], organization: Organization) -> dict[str, Any]:
+    """The spec as stored and echoed: timeouts parsed (InvalidDuration names the field) and
+    written back normalised, the inactivity default filled from the organization."""
+    out = dict(spec)
+    inactivity = out.get("inactivityTimeout")
+    seconds = (
+        organization.settings.inactivity_timeout_s
+        if inactivity is None
+        else parse_duration("spec.inactivityTimeout", inactivity)
+    )
+    out["inactivityTimeout"] = format_duration(seconds)
+    out["hardTimeout"] = format_duration(
+        parse_duration("spec.hardTimeout", out.get("hardTimeout", "0"))
+    )
+    return out
+
+
+class InstanceService:
+    def __init__(
+        self,
+        store: Store,
+        registry: HostRegistry,
+        *,
+        regions: Sequence[RegionInfo] = (),
+        home_region: str = "local",
+        clock: Callable[[], float] = trio.current_time,
+    ) -> None:
+        self._store = store
+        self.registry = registry
+        self._regions = tuple(regions)
+        self._home = home_region
+        self._clock = clock
+        self._ready: dict[str, trio.Event] = {}
+        self._deadlines: dict[str, _Deadlines] = {}
+        self._wakeup = trio.Event()
+
+    def __repr__(self) -> str:
+        return f"<InstanceService {len(self._deadlines)} live>"
+
+    # -- creating --------------------------------------------------------------------------
+    async def create(
+        self, organization: Organization, new: NewInstance, *, reuse: bool
+    ) -> Instance:
+        spec = normalise_spec(new.spec, organization)
+        request = _placement_request(new)
+        hosts = self.registry.hosts()
+        try:
+            placement = place(self._regions, hosts, request, home=self._home)
+        except NoCapacity:
+            if reuse:
+                region = preferred_region(self._regions, hosts, request, home=self._home)
+                found = await self._find_live(organization.id, new, region)
+                if found is not None:
+                    return found
+            raise
+        if reuse:
+            found = await self._find_live(organization.id, new, placement.region)
+            if found is not None:
+                return found
+        token = tokens.new_secret(INSTANCE_TOKEN_PREFIX).plaintext
+        stream_token = tokens.new_secret(STREAM_TOKEN_PREFIX).plaintext
+        instance = await self._store.create_instance(
+            org_id=organization.id,
+            platform=new.platform,
+            region=placement.region,
+            labels=new.labels,
+            spec=spec,
+            display_name=new.display_name,
+            token=token,
+            stream_token=stream_token,
+        )
+        order = InstanceOrder(
+            instance_id=instance.id,
+            organization_id=organization.id,
+            platform=new.platform.value,
+            model=spec.get("model"),
+            os_version=_os_version(spec),
+            spec=spec,
+        )
+        self._ready[instance.id] = trio.Event()
+        hard = parse_duration("spec.hardTimeout", spec["hardTimeout"])
+        self._deadlines[instance.id] = _Deadlines(
+            inactivity_s=parse_duration("spec.inactivityTimeout", spec["inactivityTimeout"]),
+            hard_at=None if hard == 0 else self._clock() + hard,
+        )
+        self._wakeup.set()
+        try:
+            for host in placement.hosts:
+                try:
+                    await self.registry.start_instance(host.id, order)
+                except HostUnavailableError:
+                    log.info("host %s refused %s; trying the next", host.id, instance.id)
+                    continue
+                return await self._advance(instance.id, LifecycleEvent.ASSIGNED, host_id=host.id)
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                await self._end(instance.id, TerminationReason.ERROR, "creation interrupted")
+            raise
+        await self._end(instance.id, TerminationReason.ERROR, "no host accepted the instance")
+        raise NoCapacity(f"no host accepted the {new.platform.value} instance; retry later")
+
+    async def _find_live(self, org_id: str, new: NewInstance, region: str) -> Instance | None:
+        try:
+            return await self._store.find_live_instance(org_id, new.platform, region, new.labels)
+        except store_errors.NotFound:
+            return None
+
+    async def wait_ready(self, instance_id: str) -> None:
+        """Returns once the instance left ``creating``/``assigned`` (or is unknown here).
+        Bound it with the caller's cancel scope."""
+        event = self._ready.get(instance_id)
+        if event is None:
+            await trio.lowlevel.checkpoint()
+            return
+        await event.wait()
+
+    # -- ending ----------------------------------------------------------------------------
+    async def delete(self, org_id: str, instance_id: str) -> Instance:
+        """Ends the instance (UserRequested); an instance already gone is returned as is."""
+        instance = await self._store.get_instance(instance_id, org_id=org_id)
+        if not instance.live:
+            return instance
+        return await self._end(instance_id, TerminationReason.USER_REQUESTED, None)
+
+    async def _end(
+        self, instance_id: str, reason: TerminationReason, error_message: str | None
+    ) -> Instance:
+        try:
+            instance = await self._store.transition_instance(
+                instance_id,
+                next_state(InstanceState.READY, LifecycleEvent.TERMINATE),
+                expected=expected_for(LifecycleEvent.TERMINATE),
+                error_message=error_message,
+                termination_reason=reason,
+            )
+        except store_errors.Conflict:
+            instance = await self._store.get_instance(instance_id)  # someone ended it first
+        self._forget(instance_id)
+        if instance.host_id is not None and reason is not TerminationReason.HOST_LOST:
+            with trio.move_on_after(STOP_GRACE, shield=True):
+                await self.registry.stop_instance(instance.host_id, instance_id)
+        log.info("instance %s terminated: %s", instance_id, instance.termination_reason)
+        return instance
+
+    def _forget(self, instance_id: str) -> None:
+        self._deadlines.pop(instance_id, None)
+        event = self._ready.pop(instance_id, None)
+        if event is not None:
+            event.set()
+
+    async def _advance(
+        self, instance_id: str, event: LifecycleEvent, *, host_id: str | None = None
+    ) -> Instance:
+        instance = await self._store.get_instance(instance_id)
+        try:
+            to = next_state(instance.state, event)
+            return await self._store.transition_instance(
+                instance_id, to, expected=expected_for(event), host_id=host_id
+            )
+        except (IllegalTransition, store_errors.Conflict):
+            return await self._store.get_instance(instance_id)  # another trigger won
+
+    # -- the edge's events (hosts.InstanceEvents) ------------------------------------------
+    async def on_instance_event(self, host_id: str, event: InstanceEvent) -> None:
+        try:
+            instance = await self._store.get_instance(event.instance_id)
+        except store_errors.NotFound:
+            log.warning("host %s reported unknown instance %s", host_id, event.instance_id)
+            return
+        if event.phase is InstancePhase.READY:
+            if instance.state is InstanceState.CREATING:  # READY overtook our own write
+                instance = await self._advance(
+                    instance.id, LifecycleEvent.ASSIGNED, host_id=host_id
+                )
+            instance = await self._advance(instance.id, LifecycleEvent.READY)
+            if instance.state is InstanceState.READY:
+                deadlines = self._deadlines.get(instance.id)
+                if deadlines is not None:
+                    deadlines.idle_since = self._clock()
+                    self._wakeup.set()
+                ready = self._ready.pop(instance.id, None)
+                if ready is not None:
+                    ready.set()
+        elif instance.live:
+            message = event.error_message or f"the instance stopped on host {host_id}"
+            await self._end(instance.id, TerminationReason.ERROR, message)
+
+    async def on_host_lost(self, host_id: str) -> None:
+        for instance in await self._store.list_live_instances(host_id=host_id):
+            await self._end(instance.id, TerminationReason.HOST_LOST, f"host {host_id} is gone")
+
+    def touch(self, instance_id: str) -> None:
+        """Client traffic to the instance: its inactivity period starts again."""
+        deadlines = self._deadlines.get(instance_id)
+        if deadlines is not None and deadlines.idle_since is not None:
+            deadlines.idle_since = self._clock()
+
+    # -- timeouts --------------------------------------------------------------------------
+    def _due(self, now: float) -> tuple[list[tuple[str, TerminationReason]], float]:
+        due: list[tuple[str, TerminationReason]] = []
+        earliest = float("inf")
+        for instance_id, d in self._deadlines.items():
+            candidates = []
+            if d.hard_at is not None:
+                candidates.append((d.hard_at, TerminationReason.HARD_TIMEOUT))
+            if d.idle_since is not None and d.inactivity_s > 0:
+                candidates.append(
+                    (d.idle_since + d.inactivity_s, TerminationReason.INACTIVITY_TIMEOUT)
+                )
+            for at, reason in sorted(candidates, key=lambda c: c[0]):
+                if at <= now:
+                    due.append((instance_id, reason))
+                    break
+                earliest = min(earliest, at)
+        return due, earliest
+
+    async def run(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> NoReturn:
+        """Ends instances whose timeouts are due; runs until cancelled."""
+        now = self._clock()
+        for instance in await self._store.list_live_instances():
+            hard = parse_duration("spec.hardTimeout", instance.spec.get("hardTimeout", "0"))
+            inactivity = parse_duration(
+                "spec.inactivityTimeout", instance.spec.get("inactivityTimeout", "0")
+            )
+            self._deadlines.setdefault(
+                instance.id,
+                _Deadlines(
+                    inactivity_s=inactivity,
+                    hard_at=None if hard == 0 else now + hard,
+                    idle_since=now if instance.state is InstanceState.READY else None,
+                ),
+            )
+        task_status.started()
+        while True:
+            self._wakeup = trio.Event()
+            due, earliest = self._due(self._clock())
+            for instance_id, reason in due:
+                self._deadlines.pop(instance_id, None)
+                try:
+                    await self._end(instance_id, reason, None)
+                except store_errors.StoreError:
+                    log.exception("could not end %s after its %s", instance_id, reason)
+            if due:
+                continue
+            with trio.move_on_at(earliest):
+                await self._wakeup.wait()
+
+
+def _os_version(spec: dict[str, Any]) -> str | None:
+    for clue in spec.get("clues", []):
+        if clue.get("kind") == "OSVersion":
+            value = clue.get("osVersion")
+            return None if value is None else str(value)
+    return None
