@@ -37,13 +37,17 @@ from devyard.core import (
     SessionConfig,
     WebSocketStream,
     open_session,
+    open_transport,
     splice,
 )
 
-# trio-websocket reads the socket in receive_buffer_size chunks (default 4 KiB, several times
-# slower); messages carry whole frames, several per message, so allow well over one 64 KiB frame.
+# The exit's WebSocket server side, with the settings devyard.core.open_transport gives the
+# client side (the entry dials with open_transport itself): trio-websocket reads the socket in
+# receive_buffer_size chunks (default 4 KiB, several times slower); messages carry whole
+# frames, several per message; a queue of a few messages lets its reader task run ahead.
 WS_RECEIVE_BUFFER: Final = 256 * 1024
 WS_MAX_MESSAGE: Final = 4 * 1024 * 1024
+WS_MESSAGE_QUEUE: Final = 4
 WS_RESOURCE: Final = "/mux"
 
 
@@ -101,6 +105,7 @@ async def _exit_ws(sink: tuple[str, int]) -> None:
                 None,
                 receive_buffer_size=WS_RECEIVE_BUFFER,
                 max_message_size=WS_MAX_MESSAGE,
+                message_queue_size=WS_MESSAGE_QUEUE,
             )
         )
         announce(LOOPBACK, server.port)
@@ -126,15 +131,9 @@ async def _entry_tcp(carrier: tuple[str, int]) -> None:
 
 
 async def _entry_ws(carrier: tuple[str, int]) -> None:
-    async with trio_websocket.open_websocket(
-        carrier[0],
-        carrier[1],
-        WS_RESOURCE,
-        use_ssl=False,
-        receive_buffer_size=WS_RECEIVE_BUFFER,
-        max_message_size=WS_MAX_MESSAGE,
-    ) as connection:
-        await _run_entry_session(WebSocketStream(connection))
+    # Dialled as a link dials: devyard.core.open_transport and its WebSocket settings.
+    async with open_transport(f"ws://{carrier[0]}:{carrier[1]}{WS_RESOURCE}") as transport:
+        await _run_entry_session(transport)
 
 
 def main(argv: list[str]) -> int:
