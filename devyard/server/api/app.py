@@ -13,6 +13,7 @@ import trio
 from quart_trio import QuartTrio
 
 from ..config import ServerConfig
+from ..instances import EmptyRegistry, InstanceService
 from ..store.base import Store
 from ._errors import install_error_handlers
 from .auth import Authenticator
@@ -20,7 +21,7 @@ from .context import ApiState, Plan, install_state
 from .contract import Contract, load_document, rule_to_template
 from .pipeline import before_request
 from .ratelimit import KeyedRateLimiter
-from .routes import api_keys, health, identity, organizations
+from .routes import api_keys, health, identity, instances, organizations
 
 __all__ = ["DEFAULT_PLANS", "create_app"]
 
@@ -50,8 +51,11 @@ def create_app(
     contract: Contract | None = None,
     clock: Callable[[], float] = trio.current_time,
     plans: Mapping[str, Plan] = DEFAULT_PLANS,
+    instance_service: InstanceService | None = None,
 ) -> QuartTrio:
-    """The control API over *store*. The caller owns the store and closes it."""
+    """The control API over *store*. The caller owns the store and closes it, and runs
+    ``instance_service.run`` (its timeouts); without a service the API gets one with no
+    hosts, where every create answers "no capacity"."""
     app = QuartTrio(__name__, static_folder=None)
     app.config.update(
         MAX_CONTENT_LENGTH=config.max_body_bytes,
@@ -72,11 +76,14 @@ def create_app(
             key_limiter=_limiter(config, clock),
             client_limiter=_limiter(config, clock),
             plans=plans,
+            instances=instance_service
+            if instance_service is not None
+            else InstanceService(store, EmptyRegistry(), home_region=config.region),
         ),
     )
     install_error_handlers(app)
     app.before_request(before_request)
-    for module in (health, identity, organizations, api_keys):
+    for module in (health, identity, organizations, api_keys, instances):
         app.register_blueprint(module.blueprint)
     _check_routes_match(app, contract)
     return app

@@ -14,6 +14,7 @@ import attrs
 from quart import current_app, g
 
 from ..config import ServerConfig
+from ..instances import InstanceService
 from ..store.base import Store
 from ._errors import InternalError, NotFound
 from .auth import Authenticator, Principal
@@ -53,6 +54,7 @@ class ApiState:
     key_limiter: KeyedRateLimiter | None  # per API key; None when rate limiting is off
     client_limiter: KeyedRateLimiter | None  # per client address, anonymous writes only
     plans: Mapping[str, Plan]
+    instances: InstanceService
 
 
 @attrs.frozen

@@ -5,13 +5,14 @@ The pure parts (`lifecycle`, `durations`, `placement`) know nothing of trio or t
 docs/instances.md records the decisions.
 """
 
-from .durations import InvalidDuration, format_duration, parse_duration
+from .durations import DurationTooLong, InvalidDuration, format_duration, parse_duration
 from .lifecycle import IllegalTransition, LifecycleEvent, expected_for, next_state
 from .placement import ClientLocation, NoCapacity, RegionInfo, UnknownPlacement
 from .service import EmptyRegistry, InstanceService, NewInstance
 
 __all__ = [
     "ClientLocation",
+    "DurationTooLong",
     "EmptyRegistry",
     "IllegalTransition",
     "InstanceService",

@@ -8,7 +8,13 @@ from __future__ import annotations
 import re
 from typing import Final
 
-__all__ = ["MAX_SECONDS", "InvalidDuration", "format_duration", "parse_duration"]
+__all__ = [
+    "MAX_SECONDS",
+    "DurationTooLong",
+    "InvalidDuration",
+    "format_duration",
+    "parse_duration",
+]
 
 MAX_SECONDS: Final = 7 * 24 * 3600  # a week: longer is a mistake, not a plan
 _DURATION: Final = re.compile(r"(?:(\d{1,7})h)?(?:(\d{1,9})m)?(?:(\d{1,9})s)?")
@@ -18,6 +24,10 @@ class InvalidDuration(ValueError):
     def __init__(self, field: str, value: str, why: str) -> None:
         super().__init__(f"{field}: {why}, got {value!r} (examples: 30s, 10m, 3h, 1h30m, 0)")
         self.field = field
+
+
+class DurationTooLong(InvalidDuration):
+    """Well-formed but over `MAX_SECONDS` (the API answers 422, not 400)."""
 
 
 def parse_duration(field: str, value: str) -> int:
@@ -30,7 +40,7 @@ def parse_duration(field: str, value: str) -> int:
     hours, minutes, seconds = (int(part or 0) for part in match.groups())
     total = hours * 3600 + minutes * 60 + seconds
     if total > MAX_SECONDS:
-        raise InvalidDuration(field, value, f"at most {format_duration(MAX_SECONDS)}")
+        raise DurationTooLong(field, value, f"at most {format_duration(MAX_SECONDS)}")
     return total
 
 

@@ -147,8 +147,9 @@ def preferred_region(
     *,
     home: str,
 ) -> str:
-    """The region the request would prefer, capacity aside."""
-    return _ranked(_candidates(regions, hosts, request), request, home)[0]
+    """The region the request would prefer, capacity aside (``home`` when nothing is known)."""
+    ranked = _ranked(_candidates(regions, hosts, request), request, home)
+    return ranked[0] if ranked else home
 
 
 def place(

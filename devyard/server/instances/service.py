@@ -136,6 +136,7 @@ class InstanceService:
         clock: Callable[[], float] = trio.current_time,
     ) -> None:
         self._store = store
+        self.store = store
         self.registry = registry
         self._regions = tuple(regions)
         self._home = home_region

@@ -20,6 +20,7 @@ class RecordingRegistry:
         self.stopped: list[tuple[str, str]] = []
         self.stopped_at: dict[str, float] = {}
         self.refusing: set[str] = set()
+        self.got_order = trio.Event()
 
     def hosts(self) -> list[HostInfo]:
         return list(self.host_list)
@@ -29,6 +30,7 @@ class RecordingRegistry:
             raise HostUnavailableError(host_id)
         await trio.lowlevel.checkpoint()
         self.started.append((host_id, order))
+        self.got_order.set()
 
     async def stop_instance(self, host_id: str, instance_id: str) -> None:
         await trio.lowlevel.checkpoint()

@@ -24,6 +24,7 @@ from devyard.server.instances.placement import (
     PlacementRequest,
     RegionInfo,
     place,
+    preferred_region,
 )
 from devyard.server.store.base import InstanceState as S
 
@@ -132,3 +133,7 @@ def test_full_region_falls_back_unless_pinned() -> None:
     assert place(REGIONS, full, PlacementRequest(platform="ios"), home="eu").region == "us"
     with pytest.raises(NoCapacity):
         place(REGIONS, full, PlacementRequest(platform="ios", region="eu"), home="eu")
+
+
+def test_preferred_region_with_nothing_known_is_home() -> None:
+    assert preferred_region((), (), PlacementRequest(platform="ios"), home="local") == "local"

@@ -1,0 +1,194 @@
+"""The instance collections over HTTP (in-process ASGI client, both backends), with a
+recording registry standing in for the edge at the documented seam (hosts.py)."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+from quart.typing import TestClientProtocol as Client
+from quart_trio import QuartTrio
+
+from devyard.server.api.app import create_app
+from devyard.server.config import ServerConfig
+from devyard.server.hosts import InstanceEvent, InstancePhase
+from devyard.server.instances import InstanceService
+from devyard.server.store import Store
+from tests.server.api.conftest import (  # fixtures, used by name
+    Callers,
+    ManualClock,
+    assert_api_error,
+    callers,
+    config,
+    manual_clock,
+)
+
+from .conftest import RecordingRegistry
+
+__all__ = ["callers", "config", "manual_clock"]
+
+
+@pytest.fixture
+def registry() -> RecordingRegistry:
+    return RecordingRegistry()
+
+
+@pytest.fixture
+def service(store: Store, registry: RecordingRegistry) -> InstanceService:
+    return InstanceService(store, registry)
+
+
+@pytest.fixture
+def app(
+    store: Store, config: ServerConfig, manual_clock: ManualClock, service: InstanceService
+) -> QuartTrio:
+    return create_app(store, config, clock=manual_clock, instance_service=service)
+
+
+@pytest.fixture
+def client(app: QuartTrio) -> Client:
+    return app.test_client()
+
+
+async def _create(client: Client, callers: Callers, path: str = "android", **body: object) -> dict:  # type: ignore[type-arg]
+    response = await client.post(f"/v1/{path}_instances", json=body, headers=callers.member.headers)
+    assert response.status_code == 200, await response.get_data()
+    created = await response.get_json()
+    assert isinstance(created, dict)
+    return created
+
+
+async def test_no_hosts_is_a_clear_409_and_nothing_stuck(
+    store: Store, config: ServerConfig, callers: Callers
+) -> None:
+    client = create_app(store, config).test_client()  # the default: no hosts
+    response = await client.post("/v1/ios_instances", json={}, headers=callers.member.headers)
+    body = await assert_api_error(response, 409, "no host")
+    assert body["reason"] == "no_capacity"
+    listed = await client.get("/v1/ios_instances", headers=callers.member.headers)
+    assert (await listed.get_json()) == {"items": [], "hasMore": False}
+
+
+async def test_lifecycle_urls_tokens_and_delete(
+    client: Client, callers: Callers, service: InstanceService, registry: RecordingRegistry
+) -> None:
+    created = await _create(
+        client,
+        callers,
+        metadata={"labels": {"pr": "7"}, "displayName": "x"},
+        spec={"inactivityTimeout": "600s"},
+    )
+    iid = created["metadata"]["id"]
+    assert iid.startswith("android_local_")
+    assert created["status"]["state"] == "assigned"
+    assert "apiUrl" not in created["status"]
+    assert created["spec"]["inactivityTimeout"] == "10m"
+    assert created["status"]["token"].startswith("dyi_")
+    await service.on_instance_event("h1", InstanceEvent(iid, InstancePhase.READY))
+    path = f"/v1/android_instances/{iid}"
+    ready = await (await client.get(path, headers=callers.member.headers)).get_json()
+    status = ready["status"]
+    assert status["state"] == "ready"
+    assert status["apiUrl"].endswith(f"/v1/instances/{iid}/api")
+    assert status["adbWebSocketUrl"].startswith("ws")
+    assert status["streamToken"] in status["signedStreamUrl"]
+    for who in (callers.viewer, callers.read_only):
+        seen = await (await client.get(path, headers=who.headers)).get_json()
+        assert "token" not in seen["status"] and "streamToken" not in seen["status"]
+    response = await client.delete(path, headers=callers.viewer.headers)
+    await assert_api_error(response, 403)
+    await assert_api_error(await client.get(path, headers=callers.other_admin.headers), 404)
+    await assert_api_error(
+        await client.get(f"/v1/ios_instances/{iid}", headers=callers.member.headers), 404
+    )
+    for _ in range(2):
+        gone = await client.delete(path, headers=callers.member.headers)
+        assert gone.status_code == 200
+        body = await gone.get_json()
+        assert body["status"]["state"] == "terminated"
+        assert body["status"]["terminationReason"] == "UserRequested"
+        assert "token" not in body["status"] and "terminatedAt" in body["metadata"]
+    assert registry.stopped == [("h1", iid)]
+
+
+async def test_wait_returns_at_ready_or_before_the_client_gives_up(
+    client: Client, callers: Callers, service: InstanceService, registry: RecordingRegistry
+) -> None:
+    async def ready_soon() -> None:
+        await registry.got_order.wait()
+        await service.on_instance_event(
+            "h1", InstanceEvent(registry.started[0][1].instance_id, InstancePhase.READY)
+        )
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ready_soon)
+        response = await client.post(
+            "/v1/android_instances?wait=true", json={}, headers=callers.member.headers
+        )
+    assert (await response.get_json())["status"]["state"] == "ready"
+    # Nobody reports ready: the answer comes before the client's announced timeout.
+    headers = {**callers.member.headers, "X-Stainless-Timeout": "5.5"}
+    with trio.fail_after(5):
+        response = await client.post("/v1/ios_instances?wait=true", json={}, headers=headers)
+    assert (await response.get_json())["status"]["state"] == "assigned"
+
+
+async def test_reuse_if_exists(client: Client, callers: Callers) -> None:
+    first = await _create(client, callers, metadata={"labels": {"a": "1"}})
+    response = await client.post(
+        "/v1/android_instances?reuseIfExists=true",
+        json={"metadata": {"labels": {"a": "1"}}},
+        headers=callers.member.headers,
+    )
+    assert (await response.get_json())["metadata"]["id"] == first["metadata"]["id"]
+    other = await _create(client, callers, metadata={"labels": {"a": "2"}})
+    assert other["metadata"]["id"] != first["metadata"]["id"]
+
+
+async def test_list_pages_selectors_and_states(client: Client, callers: Callers) -> None:
+    ids = [
+        (await _create(client, callers, metadata={"labels": {"k": str(i % 2)}}))["metadata"]["id"]
+        for i in range(5)
+    ]
+    await client.delete(f"/v1/android_instances/{ids[0]}", headers=callers.member.headers)
+    h = callers.viewer.headers
+
+    async def page(query: str) -> tuple[list[str], bool]:
+        response = await client.get(f"/v1/android_instances?{query}", headers=h)
+        assert response.status_code == 200, await response.get_data()
+        body = await response.get_json()
+        return [i["metadata"]["id"] for i in body["items"]], body["hasMore"]
+
+    assert await page("limit=2") == (ids[:2], True)
+    assert await page(f"limit=2&startingAfter={ids[1]}") == (ids[2:4], True)
+    assert await page(f"limit=2&startingAfter={ids[3]}") == (ids[4:], False)
+    assert await page(f"limit=2&endingBefore={ids[4]}") == (ids[2:4], True)
+    assert await page("labelSelector=k=1") == (ids[1::2], False)
+    assert await page("state=terminated") == (ids[:1], False)
+    assert await page("state=creating,assigned&labelSelector=k=0") == (ids[2::2], False)
+    assert await page("limit=100000") == (ids, False)
+    assert await page("") == (ids, False)
+    await assert_api_error(
+        await client.get("/v1/android_instances?state=nope", headers=h), 400, "state"
+    )
+    await assert_api_error(
+        await client.get("/v1/android_instances?limit=0", headers=h), 400, "limit"
+    )
+    await assert_api_error(
+        await client.get("/v1/ios_instances?labelSelector=x", headers=h), 400, "labelSelector"
+    )
+
+
+async def test_bad_input_names_the_field(client: Client, callers: Callers) -> None:
+    h = callers.member.headers
+    for body, field in [
+        ({"spec": {"hardTimeout": "5 days"}}, "hardTimeout"),
+        ({"spec": {"colour": "red"}}, "colour"),
+        ({"metadata": {"labels": {"a": 1}}}, "labels"),
+        ({"spec": {"clues": [{"kind": "ClientIP", "clientIp": "nope"}]}}, "clues"),
+    ]:
+        response = await client.post("/v1/android_instances", json=body, headers=h)
+        await assert_api_error(response, 400, field)
+    response = await client.post(
+        "/v1/android_instances", json={"spec": {"region": "mars"}}, headers=h
+    )
+    await assert_api_error(response, 422, "spec.region")
