@@ -127,8 +127,11 @@ class Screen:
         return attrs.evolve(self.launch(self.model.browser), url=url)
 
     def rotate(self, rotation: Rotation) -> Screen:
-        # Markers are in the old orientation's pixels: drop them all.
-        return attrs.evolve(self, rotation=rotation, marks=())
+        # Markers are in the old orientation's pixels: drop them all. The content area changes
+        # height, so offsets scrolled in the other orientation are clamped to the new limit.
+        rotated = attrs.evolve(self, rotation=rotation, marks=())
+        limit = rotated.max_scroll()
+        return attrs.evolve(rotated, scrolls=tuple((k, min(v, limit)) for k, v in self.scrolls))
 
     # -- input ----------------------------------------------------------------------------
     def type_text(self, text: str) -> Screen:
