@@ -3,6 +3,8 @@
     devyard up [--data-dir DIR] [--port PORT]         the all-in-one embedded default
     devyard server --data-dir DIR --listen HOST:PORT  the control plane alone
     devyard admin bootstrap --data-dir DIR --org NAME an organization and a new admin key
+    devyard admin host-token --data-dir DIR          a new host token (for devyard hostd)
+    devyard hostd --server URL --token-file F --region NAME   a host daemon
     devyard whoami | org | members | keys | regions   user commands (devyard.client.commands)
 
 This is the edge where configuration is read: flags, ``os.environ`` and an optional file
@@ -33,7 +35,7 @@ DEFAULT_UP_HOST: Final = "127.0.0.1"
 DEFAULT_UP_PORT: Final = 8080
 
 # Packages that declare subcommands with `add_commands(subparsers)`.
-_COMMAND_MODULES: Final = ("devyard.client.commands",)
+_COMMAND_MODULES: Final = ("devyard.client.commands", "devyard.hostd.commands")
 
 Sub: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
@@ -87,13 +89,25 @@ def _run_server_command(args: argparse.Namespace, env: Mapping[str, str]) -> int
     assert isinstance(config, ServerConfig)
     _configure_logging(args.log_level)
     try:
+        if args.command == "admin" and args.admin_command == "host-token":
+            from .server.edge import HOST_TOKENS_FILE, create_host_token  # noqa: PLC0415
+
+            config.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            host_id, token = create_host_token(config.data_dir / HOST_TOKENS_FILE)
+            print(f"host {host_id}; new host token (shown once):")
+            print(token)
+            return 0
         if args.command == "admin":
             return trio.run(
                 lambda: run_admin_bootstrap(
                     config, org_name=args.org, user_name=args.user, out=sys.stdout
                 )
             )
-        return trio.run(lambda: run_server(config, out=sys.stdout, bootstrap=args.command == "up"))
+        if args.command == "up":
+            from .up import run_up  # noqa: PLC0415
+
+            return trio.run(lambda: run_up(config, out=sys.stdout))
+        return trio.run(lambda: run_server(config, out=sys.stdout, bootstrap=False))
     except (store_errors.StoreUnavailable, store_errors.MigrationError) as exc:
         print(f"devyard: error: {exc}", file=sys.stderr)
         return 1
@@ -146,6 +160,10 @@ def _add_server_commands(sub: Sub) -> None:
     _add_server_options(bootstrap, data_dir_help="the server's data dir (env DEVYARD_DATA_DIR)")
     bootstrap.add_argument("--org", required=True, metavar="NAME", help="organization name")
     bootstrap.add_argument("--user", default="admin", metavar="NAME", help="default: admin")
+    host_token = admin_sub.add_parser(
+        "host-token", help="create a host token for devyard hostd and print it (once)"
+    )
+    _add_server_options(host_token, data_dir_help="the server's data dir (env DEVYARD_DATA_DIR)")
 
 
 def build_parser() -> argparse.ArgumentParser:

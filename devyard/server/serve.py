@@ -23,6 +23,9 @@ import trio
 
 from .bootstrap import FirstStart, bootstrap_organization, first_start
 from .config import ServerConfig
+from .edge import DEFAULT_HOST_GRACE, HOST_CONNECTIONS_PATH, HOST_TOKENS_FILE, HostTokens, open_edge
+from .edge.links import LoggingInstanceEvents
+from .hosts import InstanceEvents
 from .store import Store, open_store
 
 if TYPE_CHECKING:
@@ -60,13 +63,41 @@ async def serve_server(
     config: ServerConfig,
     *,
     shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
+    events: InstanceEvents | None = None,
+    host_grace: float = DEFAULT_HOST_GRACE,
     task_status: trio.TaskStatus[BoundServer] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Open the store and serve the control API; ``task_status`` gets the ``BoundServer``."""
+    """Open the store and serve the control API and the edge's host links.
+
+    ``task_status`` gets the ``BoundServer`` (its ``hosts`` is the edge's `HostRegistry`);
+    *events* receives what hosts report (the instances service; a logger until it is wired).
+    """
+    async with open_configured_store(config) as store:
+        await _serve(store, config, shutdown_trigger, events, host_grace, task_status=task_status)
+
+
+async def _serve(
+    store: Store,
+    config: ServerConfig,
+    shutdown_trigger: Callable[[], Awaitable[None]] | None,
+    events: InstanceEvents | None,
+    host_grace: float,
+    *,
+    task_status: trio.TaskStatus[BoundServer] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """The API and the edge over an open store, on one port."""
     from .api.serve import serve_api  # noqa: PLC0415 - the web stack loads only to serve
 
-    async with open_configured_store(config) as store:
-        await serve_api(store, config, shutdown_trigger=shutdown_trigger, task_status=task_status)
+    tokens = HostTokens(config.data_dir / HOST_TOKENS_FILE)
+    async with open_edge(tokens, events or LoggingInstanceEvents(), grace=host_grace) as edge:
+        await serve_api(
+            store,
+            config,
+            shutdown_trigger=shutdown_trigger,
+            websockets={HOST_CONNECTIONS_PATH: edge},
+            hosts=edge,
+            task_status=task_status,
+        )
 
 
 async def _watch_signals(
@@ -109,10 +140,15 @@ def _banner(
         )
 
 
-async def run_server(config: ServerConfig, *, out: TextIO, bootstrap: bool) -> int:
-    """``devyard server`` (``bootstrap=False``) and ``devyard up`` (``bootstrap=True``)."""
-    from .api.serve import serve_api  # noqa: PLC0415
+#: Runs beside the server once it listens (``devyard up``'s host daemon); it gets the bound
+#: server and the shutdown event, and must return once that event is set.
+Companion = Callable[["BoundServer", trio.Event], Awaitable[None]]
 
+
+async def run_server(
+    config: ServerConfig, *, out: TextIO, bootstrap: bool, companion: Companion | None = None
+) -> int:
+    """``devyard server`` (``bootstrap=False``) and ``devyard up`` (``bootstrap=True``)."""
     shutdown = trio.Event()
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as receiver:
         async with trio.open_nursery() as nursery:
@@ -121,9 +157,11 @@ async def run_server(config: ServerConfig, *, out: TextIO, bootstrap: bool) -> i
                 first = await first_start(store, config.admin_key_path) if bootstrap else None
                 async with trio.open_nursery() as serving:
                     bound: BoundServer = await serving.start(
-                        partial(serve_api, store, config, shutdown_trigger=shutdown.wait)
+                        partial(_serve, store, config, shutdown.wait, None, DEFAULT_HOST_GRACE)
                     )
                     _banner(out, bound, config, first)
+                    if companion is not None:
+                        serving.start_soon(companion, bound, shutdown)
             # The API returned: a graceful shutdown is complete. Stop watching signals.
             nursery.cancel_scope.cancel()
     return 0

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Final
+from typing import Any, Final, TypeAlias
 from urllib.parse import urlsplit
 
 import attrs
@@ -26,13 +26,18 @@ from hypercorn.typing import (
     Scope,
 )
 
+from ...core.transports import WS_MAX_MESSAGE
 from ..config import ListenAddress, ServerConfig
+from ..hosts import HostRegistry
 from ..store.base import Store
 from .app import create_app
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BoundServer", "ShieldedSend", "serve_api"]
+#: An ASGI callable typed loosely: what a framework-free module (the edge) can offer.
+RawASGI: TypeAlias = Callable[[Any, Any, Any], Awaitable[None]]
+
+__all__ = ["BoundServer", "ShieldedSend", "WebSocketRoutes", "serve_api"]
 
 _KEEP_ALIVE_S: Final = 75.0  # longer than common proxies' idle timeouts (60 s)
 
@@ -44,6 +49,7 @@ class BoundServer:
     local_url: str  # http://HOST:PORT actually bound
     base_url: str  # what clients are told: public_url, else local_url
     port: int
+    hosts: HostRegistry | None = None  # the edge's host links, when the server runs an edge
 
 
 class ShieldedSend:
@@ -72,6 +78,25 @@ class ShieldedSend:
         await self.app(scope, receive, shielded_send)
 
 
+class WebSocketRoutes:
+    """ASGI dispatcher: WebSocket connections to a mounted path go to their own ASGI callable
+    (the edge's host links, which need no web framework), everything else to the app."""
+
+    def __init__(self, app: ASGIFramework, routes: dict[str, RawASGI]) -> None:
+        self.app = app
+        self.routes = routes
+
+    async def __call__(
+        self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable
+    ) -> None:
+        if scope["type"] == "websocket":
+            route = self.routes.get(scope["path"])
+            if route is not None:
+                await route(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 def _hypercorn_config(config: ServerConfig) -> HypercornConfig:
     hyper = HypercornConfig()
     hyper.bind = [str(config.listen)]
@@ -80,6 +105,7 @@ def _hypercorn_config(config: ServerConfig) -> HypercornConfig:
     hyper.accesslog = None  # request lines could be logged by a proxy; we keep none
     hyper.errorlog = logging.getLogger("hypercorn.error")
     hyper.include_server_header = False
+    hyper.websocket_max_message_size = WS_MAX_MESSAGE  # docs/protocol.md 8.2
     return hyper
 
 
@@ -88,15 +114,23 @@ async def serve_api(
     config: ServerConfig,
     *,
     shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
+    websockets: dict[str, RawASGI] | None = None,
+    hosts: HostRegistry | None = None,
     task_status: trio.TaskStatus[BoundServer] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve the control API over *store* (owned by the caller) until shut down."""
-    app = create_app(store, config)
+    """Serve the control API over *store* (owned by the caller) until shut down.
+
+    *websockets* mounts ASGI callables on WebSocket paths in front of the API (the edge's
+    ``/v1/host_connections``); *hosts* is passed through to the ``BoundServer``.
+    """
+    app: ASGIFramework = ShieldedSend(create_app(store, config))
+    if websockets:
+        app = WebSocketRoutes(app, websockets)
     async with trio.open_nursery() as nursery:
         binds: list[str] = await nursery.start(
             partial(
                 serve,
-                ShieldedSend(app),
+                app,
                 _hypercorn_config(config),
                 shutdown_trigger=shutdown_trigger,
                 mode="asgi",
@@ -106,6 +140,6 @@ async def serve_api(
         port = urlsplit(local_url).port or 0
         # With port 0 the configured listen address does not say where clients go: the bind does.
         base_url = attrs.evolve(config, listen=ListenAddress(config.listen.host, port)).base_url
-        bound = BoundServer(local_url=local_url, base_url=base_url, port=port)
+        bound = BoundServer(local_url=local_url, base_url=base_url, port=port, hosts=hosts)
         log.info("control API listening on %s (base URL %s)", local_url, base_url)
         task_status.started(bound)

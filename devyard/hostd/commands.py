@@ -1,0 +1,70 @@
+"""``devyard hostd``: the argparse declaration; the daemon is imported when it runs."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Final, TypeAlias
+
+Sub: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+__all__ = ["add_commands"]
+
+DEFAULT_HOSTD_DATA_DIR: Final = "./hostd-data"
+
+
+def _run_hostd(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+    import trio  # noqa: PLC0415
+
+    from .daemon import HostdConfig, run_hostd  # noqa: PLC0415
+
+    try:
+        token = Path(args.token_file).read_text().strip()
+    except OSError as exc:
+        print(f"devyard hostd: error: cannot read the token file: {exc}", file=sys.stderr)
+        return 2
+    drivers = tuple(d.strip() for d in args.drivers.split(",") if d.strip())
+    if drivers != ("virtual",):
+        print("devyard hostd: error: only the virtual driver is available", file=sys.stderr)
+        return 2
+    if args.capacity < 1:
+        print("devyard hostd: error: --capacity must be at least 1", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper()),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    config = HostdConfig(
+        server_url=args.server,
+        token=token,
+        region=args.region,
+        data_dir=Path(args.data_dir),
+        capacity=args.capacity,
+        drivers=drivers,
+    )
+    return trio.run(lambda: run_hostd(config, err=sys.stderr))
+
+
+def add_commands(sub: Sub) -> None:
+    hostd = sub.add_parser(
+        "hostd",
+        help="run a host daemon that links to a server and runs its instances",
+        description="Dial the server's edge (outbound only), register this host and run the "
+        "instances the server places here. Reconnects with backoff; a refused token exits 3.",
+    )
+    hostd.add_argument("--server", required=True, metavar="URL", help="the server's base URL")
+    hostd.add_argument(
+        "--token-file", required=True, metavar="FILE", help="file holding the host token"
+    )
+    hostd.add_argument("--region", required=True, metavar="NAME", help="this host's region")
+    hostd.add_argument("--capacity", type=int, default=4, help="instances at once (default 4)")
+    hostd.add_argument("--drivers", default="virtual", help="comma list (default: virtual)")
+    hostd.add_argument(
+        "--data-dir", default=DEFAULT_HOSTD_DATA_DIR, metavar="DIR", help="instance sandboxes"
+    )
+    hostd.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    hostd.set_defaults(run=_run_hostd)

@@ -1,0 +1,149 @@
+"""The host's instances: started and stopped by orders, independent of the link.
+
+Each instance runs a device (`open_device`) in the supervisor's own nursery with a sandbox dir
+``DATA_DIR/instances/<id>`` that the driver removes on stop. What happens to an instance is
+queued as an ``instance_event`` message in the outbox, which the link drains whenever it is up:
+a short link outage loses neither instances nor events. The outbox is bounded by capacity (at
+most two events per instance) and instances by ``capacity``.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+
+from .drivers import DeviceError, DeviceSpec, Platform, open_device
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Supervisor"]
+
+
+@attrs.define
+class _Instance:
+    instance_id: str
+    stop: trio.Event = attrs.field(factory=trio.Event)
+
+
+class Supervisor:
+    """Runs instances in *nursery*; `start` / `stop` are synchronous (orders never block)."""
+
+    def __init__(
+        self, nursery: trio.Nursery, data_dir: Path, *, capacity: int, driver: str = "virtual"
+    ) -> None:
+        self._nursery = nursery
+        self.instances_dir = data_dir / "instances"
+        self.capacity = capacity
+        self.driver = driver
+        self._instances: dict[str, _Instance] = {}
+        self._outbox: deque[dict[str, Any]] = deque()
+        self._outbox_changed = trio.Event()
+
+    def __repr__(self) -> str:
+        return f"Supervisor(running={sorted(self._instances)})"
+
+    def running(self) -> list[str]:
+        return sorted(self._instances)
+
+    def sandbox_of(self, instance_id: str) -> Path:
+        return self.instances_dir / instance_id
+
+    # ---- orders ---------------------------------------------------------------------------
+
+    def start(self, order: dict[str, Any]) -> None:
+        instance_id = str(order.get("instance_id", ""))
+        if not instance_id or "/" in instance_id or instance_id.startswith("."):
+            log.warning("refusing an order with a bad instance id %r", instance_id)
+            return
+        if instance_id in self._instances:
+            return  # a repeated order (e.g. after a reconnect): already running
+        if len(self._instances) >= self.capacity:
+            self._emit(instance_id, "terminated", "host at capacity")
+            return
+        try:
+            spec = DeviceSpec(
+                platform=Platform(str(order.get("platform"))),
+                instance_id=instance_id,
+                sandbox_dir=self.sandbox_of(instance_id),
+                model=order.get("model"),
+                os_version=order.get("os_version"),
+            )
+        except ValueError as exc:
+            self._emit(instance_id, "terminated", f"bad order: {exc}")
+            return
+        instance = _Instance(instance_id)
+        self._instances[instance_id] = instance
+        self._nursery.start_soon(self._run, instance, spec)
+
+    def stop(self, instance_id: str) -> None:
+        instance = self._instances.get(instance_id)
+        if instance is None:
+            self._emit(instance_id, "terminated", None)  # already gone: say so again
+            return
+        instance.stop.set()
+
+    def stop_all(self) -> None:
+        for instance in self._instances.values():
+            instance.stop.set()
+
+    async def wait_idle(self) -> None:
+        """Until no instance runs and every event has been sent."""
+        while self._instances or self._outbox:
+            await self._outbox_changed.wait()
+        await trio.lowlevel.checkpoint()
+
+    # ---- the outbox the link drains -------------------------------------------------------
+
+    def outbox_peek(self) -> dict[str, Any] | None:
+        return self._outbox[0] if self._outbox else None
+
+    def outbox_pop(self) -> None:
+        self._outbox.popleft()
+        self._changed()
+
+    async def wait_outbox(self) -> None:
+        while not self._outbox:
+            await self._outbox_changed.wait()
+        await trio.lowlevel.checkpoint()
+
+    def _emit(self, instance_id: str, phase: str, error_message: str | None) -> None:
+        self._outbox.append(
+            {
+                "type": "instance_event",
+                "instance_id": instance_id,
+                "phase": phase,
+                "error_message": error_message,
+            }
+        )
+        self._changed()
+
+    def _changed(self) -> None:
+        self._outbox_changed.set()
+        self._outbox_changed = trio.Event()
+
+    # ---- one instance ---------------------------------------------------------------------
+
+    async def _run(self, instance: _Instance, spec: DeviceSpec) -> None:
+        error: str | None = None
+        try:
+            async with open_device(spec, self.driver):
+                log.info("instance %s ready (%s)", instance.instance_id, spec.platform)
+                self._emit(instance.instance_id, "ready", None)
+                await instance.stop.wait()
+        except DeviceError as exc:
+            error = str(exc)
+            log.warning("instance %s failed: %s", instance.instance_id, exc)
+        finally:
+            del self._instances[instance.instance_id]  # _emit below wakes wait_idle
+            with trio.CancelScope(shield=True):  # the driver removes it; make sure
+                await trio.to_thread.run_sync(
+                    lambda: shutil.rmtree(spec.sandbox_dir, ignore_errors=True)
+                )
+            self._emit(instance.instance_id, "terminated", error)
+            log.info("instance %s terminated", instance.instance_id)

@@ -1,0 +1,286 @@
+"""The edge's host links: the WebSocket route ``/v1/host_connections`` and `HostRegistry`.
+
+One link per connected host daemon: an ASGI websocket (authenticated by a host token before the
+upgrade; 401 otherwise), a mux session over it, and the host's control stream (stream 1,
+docs/protocol.md section 7): ``hello`` -> ``registered``, then ``instance_start`` /
+``instance_stop`` from the edge and ``instance_event`` from the host.
+
+A link that drops starts a grace timer; a host that reconnects within it keeps its instances
+(the host daemon keeps them running), one that does not produces ``on_host_lost``. The timers
+run in the edge's own nursery (`open_edge`), never in a connection's task.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, MutableMapping
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import Any, Final
+
+import attrs
+import trio
+
+from ...core import ControlChannel, GoAwayCode, open_session
+from ..hosts import (
+    HostInfo,
+    HostUnavailableError,
+    InstanceEvent,
+    InstanceEvents,
+    InstanceOrder,
+    InstancePhase,
+)
+from .asgi_stream import ASGIWebSocketStream, Receive, Send
+from .tokens import HostTokens
+
+log = logging.getLogger(__name__)
+
+__all__ = ["DEFAULT_HOST_GRACE", "HOST_CONNECTIONS_PATH", "Edge", "open_edge"]
+
+HOST_CONNECTIONS_PATH: Final = "/v1/host_connections"
+DEFAULT_HOST_GRACE: Final = 30.0
+PROTO: Final = 1
+_HELLO_TIMEOUT: Final = 10.0
+
+
+class _HelloError(Exception):
+    pass
+
+
+@attrs.define
+class _Link:
+    host_id: str
+    control: ControlChannel
+    info: HostInfo
+    running: set[str]
+    closed: trio.Event = attrs.field(factory=trio.Event)
+
+
+class Edge:
+    """Implements `HostRegistry` over the live host links; an ASGI app for the link route."""
+
+    def __init__(
+        self,
+        tokens: HostTokens,
+        events: InstanceEvents,
+        nursery: trio.Nursery,
+        *,
+        grace: float = DEFAULT_HOST_GRACE,
+    ) -> None:
+        self._tokens = tokens
+        self.events = events
+        self._nursery = nursery
+        self.grace = grace
+        self._links: dict[str, _Link] = {}
+        self._grace_scopes: dict[str, trio.CancelScope] = {}
+
+    def __repr__(self) -> str:
+        return f"Edge(hosts={sorted(self._links)})"
+
+    # ---- HostRegistry ---------------------------------------------------------------------
+
+    def hosts(self) -> list[HostInfo]:
+        return [attrs.evolve(link.info, running=len(link.running)) for link in self._links.values()]
+
+    async def start_instance(self, host_id: str, order: InstanceOrder) -> None:
+        link = self._links.get(host_id)
+        if link is None:
+            raise HostUnavailableError(f"host {host_id} is not connected")
+        link.running.add(order.instance_id)
+        message = {"type": "instance_start", "order": attrs.asdict(order)}
+        try:
+            await link.control.send(message)
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            link.running.discard(order.instance_id)
+            raise HostUnavailableError(f"host {host_id}'s link broke") from exc
+
+    async def stop_instance(self, host_id: str, instance_id: str) -> None:
+        link = self._links.get(host_id)
+        if link is None:
+            await trio.lowlevel.checkpoint()
+            return
+        try:
+            await link.control.send({"type": "instance_stop", "instance_id": instance_id})
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            log.info("host %s: link broke while stopping %s", host_id, instance_id)
+
+    # ---- the ASGI route -------------------------------------------------------------------
+
+    async def __call__(self, scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
+        if scope.get("type") != "websocket":
+            raise RuntimeError("the host link route takes websocket connections only")
+        first = await receive()
+        if first.get("type") != "websocket.connect":
+            return
+        host_id = await self._authenticate(scope)
+        if host_id is None:
+            await _reject(scope, send, 401, "invalid host token")
+            return
+        await send({"type": "websocket.accept"})
+        stream = ASGIWebSocketStream(receive, send)
+        try:
+            await self._serve_link(host_id, stream)
+        except* (trio.BrokenResourceError, trio.ClosedResourceError, trio.EndOfChannel):
+            log.info("host %s: link lost", host_id)
+        finally:
+            await trio.aclose_forcefully(stream)
+
+    async def _authenticate(self, scope: MutableMapping[str, Any]) -> str | None:
+        token = None
+        for name, value in scope.get("headers", []):
+            if bytes(name).lower() == b"authorization":
+                scheme, _, credential = bytes(value).decode("latin-1").partition(" ")
+                if scheme.lower() == "bearer":
+                    token = credential.strip()
+        if not token:
+            await trio.lowlevel.checkpoint()
+            return None
+        return await trio.to_thread.run_sync(self._tokens.verify, token)
+
+    async def _serve_link(self, host_id: str, stream: ASGIWebSocketStream) -> None:
+        async with open_session(stream, client=False) as session:
+            with trio.fail_after(_HELLO_TIMEOUT):
+                control = ControlChannel(await session.accept_stream())
+                hello = await control.receive()
+            try:
+                info = _host_info(host_id, hello)
+            except _HelloError as exc:
+                await control.send(
+                    {"type": "error", "code": "bad-hello", "message": str(exc), "permanent": True}
+                )
+                await session.aclose(GoAwayCode.PROTOCOL_ERROR)
+                return
+            previous = self._links.get(host_id)
+            if previous is not None:  # the same host again: the new link replaces the old
+                previous.closed.set()
+            scope = self._grace_scopes.pop(host_id, None)
+            if scope is not None:
+                scope.cancel()
+            instances = hello.get("instances", [])
+            link = _Link(
+                host_id=host_id,
+                control=control,
+                info=info,
+                running={str(i) for i in instances} if isinstance(instances, list) else set(),
+            )
+            self._links[host_id] = link
+            log.info("host %s (%s, %s) registered", host_id, info.name, info.region)
+            try:
+                await control.send({"type": "registered", "host_id": host_id})
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._receive_loop, link, nursery.cancel_scope)
+
+                    async def _replaced() -> None:
+                        await link.closed.wait()
+                        nursery.cancel_scope.cancel()
+
+                    nursery.start_soon(_replaced)
+            finally:
+                if self._links.get(host_id) is link:
+                    del self._links[host_id]
+                    self._nursery.start_soon(self._grace_timer, host_id)
+
+    async def _receive_loop(self, link: _Link, done: trio.CancelScope) -> None:
+        try:
+            while True:
+                message = await link.control.receive()
+                kind = message.get("type")
+                if kind == "instance_event":
+                    await self._on_event(link, message)
+                elif kind == "shutdown":
+                    log.info("host %s: shutting down (%s)", link.host_id, message.get("reason"))
+                else:
+                    log.warning("host %s: unknown control message %r", link.host_id, kind)
+        except trio.EndOfChannel:
+            log.info("host %s: control stream ended", link.host_id)
+        done.cancel()
+
+    async def _on_event(self, link: _Link, message: dict[str, Any]) -> None:
+        try:
+            event = InstanceEvent(
+                instance_id=str(message["instance_id"]),
+                phase=InstancePhase(message["phase"]),
+                error_message=message.get("error_message"),
+            )
+        except (KeyError, ValueError):
+            log.warning("host %s: malformed instance_event", link.host_id)
+            return
+        if event.phase is InstancePhase.TERMINATED:
+            link.running.discard(event.instance_id)
+        else:
+            link.running.add(event.instance_id)
+        await self.events.on_instance_event(link.host_id, event)
+
+    async def _grace_timer(self, host_id: str) -> None:
+        with trio.CancelScope() as scope:
+            self._grace_scopes[host_id] = scope
+            await trio.sleep(self.grace)
+            if self._grace_scopes.get(host_id) is scope:
+                del self._grace_scopes[host_id]
+            log.warning("host %s: gone for %.0f s, its instances are lost", host_id, self.grace)
+            await self.events.on_host_lost(host_id)
+
+
+def _host_info(host_id: str, hello: dict[str, Any]) -> HostInfo:
+    if hello.get("type") != "hello" or hello.get("role") != "host":
+        raise _HelloError("the first control message must be a host hello")
+    if hello.get("proto") != PROTO:
+        raise _HelloError(f"unsupported protocol version {hello.get('proto')!r}")
+    try:
+        capacity = int(hello["capacity"])
+        return HostInfo(
+            id=host_id,
+            name=str(hello.get("hostname", "")),
+            region=str(hello["region"]),
+            capacity=capacity,
+            running=0,
+            platforms=frozenset(str(p) for p in hello.get("platforms", [])),
+            drivers=frozenset(str(d) for d in hello.get("drivers", [])),
+            version=str(hello.get("version", "")),
+            connected_at=datetime.now(UTC),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise _HelloError(f"bad hello: {exc}") from exc
+
+
+async def _reject(scope: MutableMapping[str, Any], send: Send, status: int, message: str) -> None:
+    """Refuse the upgrade with an HTTP response (ASGI websocket.http.response), else close."""
+    if "websocket.http.response" in scope.get("extensions", {}):
+        body = ('{"type":"unauthorized","message":"' + message + '"}').encode()
+        await send(
+            {
+                "type": "websocket.http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"www-authenticate", b"Bearer"),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
+        await send({"type": "websocket.http.response.body", "body": body})
+    else:
+        await send({"type": "websocket.close", "code": 1008})
+
+
+@asynccontextmanager
+async def open_edge(
+    tokens: HostTokens, events: InstanceEvents, *, grace: float = DEFAULT_HOST_GRACE
+) -> AsyncIterator[Edge]:
+    """The edge for the duration of the block (its grace timers end with it)."""
+    async with trio.open_nursery() as nursery:
+        yield Edge(tokens, events, nursery, grace=grace)
+        nursery.cancel_scope.cancel()
+
+
+class LoggingInstanceEvents:
+    """`InstanceEvents` that only logs: the server's default until the instances service is
+    wired in (`serve_server(events=...)`)."""
+
+    async def on_instance_event(self, host_id: str, event: InstanceEvent) -> None:
+        await trio.lowlevel.checkpoint()
+        log.info("host %s: instance %s %s", host_id, event.instance_id, event.phase.value)
+
+    async def on_host_lost(self, host_id: str) -> None:
+        await trio.lowlevel.checkpoint()
+        log.info("host %s lost", host_id)

@@ -1,0 +1,72 @@
+"""The real ``devyard admin host-token`` and ``devyard hostd`` as subprocesses against a server."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from functools import partial
+from pathlib import Path
+
+import pytest
+import trio
+
+from devyard.server.api.serve import BoundServer
+from devyard.server.config import ListenAddress, ServerConfig
+from devyard.server.edge import Edge
+from devyard.server.serve import serve_server
+from tests.e2e._cli import DEVYARD, clean_env, run
+from tests.server.edge.test_host_links import Recorder, eventually
+
+pytestmark = pytest.mark.slow
+
+
+async def test_cli_host_token_and_hostd_register_and_stop(tmp_path: Path) -> None:
+    server_dir = tmp_path / "server"
+    env = clean_env()
+    with trio.fail_after(60):
+        made = await run(["admin", "host-token", "--data-dir", str(server_dir)], env, tmp_path)
+    assert made.returncode == 0, made.stderr
+    host_line, token = made.stdout.decode().splitlines()[:2]
+    host_id = host_line.split()[1].rstrip(";")
+    (tmp_path / "token").write_text(token + "\n")
+
+    config = ServerConfig(data_dir=server_dir, listen=ListenAddress("127.0.0.1", 0))
+    async with trio.open_nursery() as nursery:
+        bound: BoundServer = await nursery.start(partial(serve_server, config, events=Recorder()))
+        edge = bound.hosts
+        assert isinstance(edge, Edge)
+        argv = [
+            *DEVYARD, "hostd", "--server", bound.local_url, "--token-file",
+            str(tmp_path / "token"), "--region", "eu", "--capacity", "3",
+            "--data-dir", str(tmp_path / "host"),
+        ]  # fmt: skip
+        process = await trio.lowlevel.open_process(argv, env=env, stderr=subprocess.DEVNULL)
+        try:
+            with trio.fail_after(30):
+                await eventually(lambda: bool(edge.hosts()))
+            (info,) = edge.hosts()
+            assert (info.id, info.region, info.capacity) == (host_id, "eu", 3)
+            process.send_signal(signal.SIGINT)
+            with trio.fail_after(30):
+                assert await process.wait() == 0
+                await eventually(lambda: not edge.hosts())
+        finally:
+            process.kill()
+            await process.wait()
+        nursery.cancel_scope.cancel()
+
+
+async def test_cli_hostd_with_a_bad_token_exits_with_a_clear_message(tmp_path: Path) -> None:
+    config = ServerConfig(data_dir=tmp_path / "server", listen=ListenAddress("127.0.0.1", 0))
+    (tmp_path / "token").write_text("dyh_abc_wrong\n")
+    async with trio.open_nursery() as nursery:
+        bound: BoundServer = await nursery.start(partial(serve_server, config, events=Recorder()))
+        argv = [
+            "hostd", "--server", bound.local_url, "--token-file", str(tmp_path / "token"),
+            "--region", "eu", "--data-dir", str(tmp_path / "host"),
+        ]  # fmt: skip
+        with trio.fail_after(60):
+            result = await run(argv, clean_env(), tmp_path)
+        assert result.returncode == 3
+        assert "refused the host token (HTTP 401)" in result.stderr.decode()
+        nursery.cancel_scope.cancel()

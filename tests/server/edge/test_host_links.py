@@ -1,0 +1,207 @@
+"""A real server and a real host daemon on 127.0.0.1: registration, orders, events, outages."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from functools import partial
+from pathlib import Path
+
+import attrs
+import pytest
+import trio
+import trio_websocket
+
+from devyard.hostd.daemon import HostdConfig, PermanentLinkError, serve_hostd
+from devyard.hostd.supervisor import Supervisor
+from devyard.server.api.serve import BoundServer
+from devyard.server.config import ListenAddress, ServerConfig
+from devyard.server.edge import HOST_TOKENS_FILE, Edge, create_host_token
+from devyard.server.hosts import InstanceEvent, InstanceOrder, InstancePhase
+from devyard.server.serve import serve_server
+
+
+@attrs.define
+class Recorder:
+    """The `InstanceEvents` counterpart of the seam, recording what the edge reports."""
+
+    events: list[tuple[str, InstanceEvent]] = attrs.field(factory=list)
+    lost: list[str] = attrs.field(factory=list)
+    changed: trio.Event = attrs.field(factory=trio.Event)
+
+    async def on_instance_event(self, host_id: str, event: InstanceEvent) -> None:
+        self.events.append((host_id, event))
+        self._wake()
+        await trio.lowlevel.checkpoint()
+
+    async def on_host_lost(self, host_id: str) -> None:
+        self.lost.append(host_id)
+        self._wake()
+        await trio.lowlevel.checkpoint()
+
+    def _wake(self) -> None:
+        self.changed.set()
+        self.changed = trio.Event()
+
+    async def wait_for(self, instance_id: str, phase: InstancePhase) -> InstanceEvent:
+        with trio.fail_after(10):
+            while True:
+                for _, event in self.events:
+                    if event.instance_id == instance_id and event.phase is phase:
+                        return event
+                await self.changed.wait()
+
+
+def _order(instance_id: str) -> InstanceOrder:
+    return InstanceOrder(
+        instance_id=instance_id,
+        organization_id="org_1",
+        platform="android",
+        model=None,
+        os_version=None,
+        spec={},
+    )
+
+
+@attrs.define
+class Rig:
+    bound: BoundServer
+    edge: Edge
+    recorder: Recorder
+    host_id: str
+    token: str
+    host_dir: Path
+
+
+@asynccontextmanager
+async def open_server(tmp_path: Path, *, grace: float = 30.0) -> AsyncIterator[Rig]:
+    server_dir = tmp_path / "server"
+    host_id, token = create_host_token(server_dir / HOST_TOKENS_FILE)
+    recorder = Recorder()
+    config = ServerConfig(data_dir=server_dir, listen=ListenAddress("127.0.0.1", 0))
+    async with trio.open_nursery() as nursery:
+        bound: BoundServer = await nursery.start(
+            partial(serve_server, config, events=recorder, host_grace=grace)
+        )
+        assert isinstance(bound.hosts, Edge)
+        yield Rig(bound, bound.hosts, recorder, host_id, token, tmp_path / "host")
+        nursery.cancel_scope.cancel()
+
+
+def _hostd_config(rig: Rig, *, token: str | None = None) -> HostdConfig:
+    return HostdConfig(
+        server_url=rig.bound.local_url,
+        token=token or rig.token,
+        region="local",
+        data_dir=rig.host_dir,
+        capacity=2,
+        backoff_base=0.05,
+    )
+
+
+async def eventually(predicate: Callable[[], bool]) -> None:
+    """Poll state owned by another process or task (the caller's fail_after bounds it)."""
+    while not predicate():  # noqa: ASYNC110 - polling by design
+        await trio.sleep(0.01)
+
+
+async def _wait_registered(edge: Edge, host_id: str) -> None:
+    with trio.fail_after(10):
+        await eventually(lambda: any(h.id == host_id for h in edge.hosts()))
+
+
+async def test_host_registers_runs_and_stops_an_instance(tmp_path: Path) -> None:
+    async with open_server(tmp_path) as rig, trio.open_nursery() as nursery:
+        shutdown = trio.Event()
+        supervisor: Supervisor = await nursery.start(
+            partial(serve_hostd, _hostd_config(rig), shutdown=shutdown)
+        )
+        await _wait_registered(rig.edge, rig.host_id)
+        (info,) = rig.edge.hosts()
+        assert (info.region, info.capacity, info.running) == ("local", 2, 0)
+        assert "virtual" in info.drivers and "android" in info.platforms
+
+        await rig.edge.start_instance(rig.host_id, _order("android_local_1"))
+        await rig.recorder.wait_for("android_local_1", InstancePhase.READY)
+        assert supervisor.sandbox_of("android_local_1").is_dir()
+        assert rig.edge.hosts()[0].running == 1
+
+        await rig.edge.stop_instance(rig.host_id, "android_local_1")
+        event = await rig.recorder.wait_for("android_local_1", InstancePhase.TERMINATED)
+        assert event.error_message is None
+        assert not supervisor.sandbox_of("android_local_1").exists()
+        assert rig.edge.hosts()[0].running == 0
+
+        shutdown.set()  # clean stop: GO_AWAY, the edge sees the link end
+
+
+# A link the edge closes leaves hostd's client socket to the GC (trio-websocket 0.12 after a
+# server-initiated close; see docs/edge.md, open points): collect it here, where it is expected.
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+async def test_a_killed_link_reconnects_and_instances_survive(tmp_path: Path) -> None:
+    try:
+        await _killed_link_reconnects(tmp_path)
+    finally:
+        gc.collect()
+
+
+async def _killed_link_reconnects(tmp_path: Path) -> None:
+    async with open_server(tmp_path) as rig, trio.open_nursery() as nursery:
+        shutdown = trio.Event()
+        supervisor: Supervisor = await nursery.start(
+            partial(serve_hostd, _hostd_config(rig), shutdown=shutdown)
+        )
+        await _wait_registered(rig.edge, rig.host_id)
+        await rig.edge.start_instance(rig.host_id, _order("ios_local_1"))
+        await rig.recorder.wait_for("ios_local_1", InstancePhase.READY)
+
+        first = rig.edge.hosts()[0].connected_at
+        link = rig.edge._links[rig.host_id]
+        await link.control.stream.aclose()  # kill the link from the edge's side
+        await eventually(
+            lambda: bool(rig.edge.hosts()) and rig.edge.hosts()[0].connected_at != first
+        )
+        assert supervisor.running() == ["ios_local_1"]
+        assert rig.edge.hosts()[0].running == 1  # the hello carried the running instances
+        assert rig.recorder.lost == []
+        shutdown.set()
+
+
+async def test_a_host_gone_past_the_grace_is_lost(tmp_path: Path) -> None:
+    async with open_server(tmp_path, grace=0.3) as rig:
+        shutdown = trio.Event()
+        async with trio.open_nursery() as nursery:
+            await nursery.start(partial(serve_hostd, _hostd_config(rig), shutdown=shutdown))
+            await _wait_registered(rig.edge, rig.host_id)
+            shutdown.set()
+        with trio.fail_after(10):
+            while not rig.recorder.lost:
+                await rig.recorder.changed.wait()
+        assert rig.recorder.lost == [rig.host_id]
+        assert rig.edge.hosts() == []
+
+
+# trio-websocket 0.12 leaves the socket of a rejected handshake for the GC to close: collect it
+# here, where its ResourceWarning is expected, not in a later test.
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+async def test_a_bad_token_is_401_and_permanent(tmp_path: Path) -> None:
+    try:
+        await _bad_token_is_401_and_permanent(tmp_path)
+    finally:
+        gc.collect()
+
+
+async def _bad_token_is_401_and_permanent(tmp_path: Path) -> None:
+    async with open_server(tmp_path) as rig:
+        config = _hostd_config(rig, token="dyh_nope_wrong")
+        with pytest.raises(trio_websocket.ConnectionRejected) as rejected:
+            async with trio_websocket.open_websocket_url(
+                config.link_url, extra_headers=[(b"authorization", b"Bearer dyh_nope_wrong")]
+            ):
+                pass
+        assert rejected.value.status_code == 401
+        with trio.fail_after(10), pytest.raises(PermanentLinkError, match="401"):
+            await serve_hostd(config)
