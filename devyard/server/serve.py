@@ -87,17 +87,26 @@ async def _serve(
 ) -> None:
     """The API and the edge over an open store, on one port."""
     from .api.serve import serve_api  # noqa: PLC0415 - the web stack loads only to serve
+    from .instances import InstanceService  # noqa: PLC0415 - loads only to serve
 
     tokens = HostTokens(config.data_dir / HOST_TOKENS_FILE)
     async with open_edge(tokens, events or LoggingInstanceEvents(), grace=host_grace) as edge:
-        await serve_api(
-            store,
-            config,
-            shutdown_trigger=shutdown_trigger,
-            websockets={HOST_CONNECTIONS_PATH: edge},
-            hosts=edge,
-            task_status=task_status,
-        )
+        # The edge and the instances service know each other only through server/hosts.py.
+        service = InstanceService(store, edge, home_region=config.region)
+        if events is None:
+            edge.events = service
+        async with trio.open_nursery() as nursery:
+            await nursery.start(service.run)
+            await serve_api(
+                store,
+                config,
+                shutdown_trigger=shutdown_trigger,
+                websockets={HOST_CONNECTIONS_PATH: edge},
+                hosts=edge,
+                instance_service=service,
+                task_status=task_status,
+            )
+            nursery.cancel_scope.cancel()
 
 
 async def _watch_signals(

@@ -29,6 +29,7 @@ from hypercorn.typing import (
 from ...core.transports import WS_MAX_MESSAGE
 from ..config import ListenAddress, ServerConfig
 from ..hosts import HostRegistry
+from ..instances import InstanceService
 from ..store.base import Store
 from .app import create_app
 
@@ -116,6 +117,7 @@ async def serve_api(
     shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
     websockets: dict[str, RawASGI] | None = None,
     hosts: HostRegistry | None = None,
+    instance_service: InstanceService | None = None,
     task_status: trio.TaskStatus[BoundServer] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the control API over *store* (owned by the caller) until shut down.
@@ -123,7 +125,7 @@ async def serve_api(
     *websockets* mounts ASGI callables on WebSocket paths in front of the API (the edge's
     ``/v1/host_connections``); *hosts* is passed through to the ``BoundServer``.
     """
-    app: ASGIFramework = ShieldedSend(create_app(store, config))
+    app: ASGIFramework = ShieldedSend(create_app(store, config, instance_service=instance_service))
     if websockets:
         app = WebSocketRoutes(app, websockets)
     async with trio.open_nursery() as nursery:
