@@ -36,6 +36,7 @@ from trio.lowlevel import (
 )
 
 from ._errors import RemoteProtocolError, StreamRefusedError, StreamResetError
+from .conflict import ConflictDetector
 from .frames import Flag
 from .state import StreamEvent, StreamState, transition
 
@@ -54,24 +55,6 @@ _RST: Final = int(Flag.RST)
 _TERMINAL: Final = frozenset({StreamState.CLOSED, StreamState.RESET})
 #: What receive_some() without max_bytes hands out at most in one call.
 _COALESCE: Final = 256 * 1024
-
-
-class _ConflictDetector:
-    """Raise BusyResourceError when two tasks use one direction of a stream at once."""
-
-    __slots__ = ("_held", "_message")
-
-    def __init__(self, message: str) -> None:
-        self._message = message
-        self._held = False
-
-    def __enter__(self) -> None:
-        if self._held:
-            raise trio.BusyResourceError(self._message)
-        self._held = True
-
-    def __exit__(self, *exc: object) -> None:
-        self._held = False
 
 
 class MuxStream(trio.abc.HalfCloseableStream):
@@ -94,11 +77,11 @@ class MuxStream(trio.abc.HalfCloseableStream):
         self._recv_window = window
         self._unacked = 0
         self._recv_lot = ParkingLot()
-        self._recv_conflict = _ConflictDetector("another task is receiving on this stream")
+        self._recv_conflict = ConflictDetector("another task is receiving on this stream")
         # send side
         self._send_window = YAMUX_INITIAL_WINDOW
         self._send_lot = ParkingLot()
-        self._send_conflict = _ConflictDetector("another task is sending on this stream")
+        self._send_conflict = ConflictDetector("another task is sending on this stream")
         self.bytes_sent = 0
         self.bytes_received = 0
 

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Final
 import trio
 from trio.lowlevel import ParkingLot, checkpoint
 
+from ...core.conflict import ConflictDetector
 from .packets import Command, Packet
 from .state import OPEN_STATES, WRITE_IN_FLIGHT, StreamEvent, StreamState, transition
 
@@ -37,24 +38,6 @@ __all__ = ["AdbStream"]
 _E = StreamEvent
 _S = StreamState
 _RECEIVE_DEFAULT: Final = 256 * 1024
-
-
-class _ConflictDetector:
-    """Raise BusyResourceError when two tasks use one direction of a stream at once."""
-
-    __slots__ = ("_held", "_message")
-
-    def __init__(self, message: str) -> None:
-        self._message = message
-        self._held = False
-
-    def __enter__(self) -> None:
-        if self._held:
-            raise trio.BusyResourceError(self._message)
-        self._held = True
-
-    def __exit__(self, *exc: object) -> None:
-        self._held = False
 
 
 class AdbStream(trio.abc.Stream):
@@ -74,8 +57,8 @@ class AdbStream(trio.abc.Stream):
         self._inbound = b""
         self._inbound_offset = 0
         self._lot = ParkingLot()  # every waiter: receivers, senders, openers
-        self._recv_conflict = _ConflictDetector("another task is receiving on this stream")
-        self._send_conflict = _ConflictDetector("another task is sending on this stream")
+        self._recv_conflict = ConflictDetector("another task is receiving on this stream")
+        self._send_conflict = ConflictDetector("another task is sending on this stream")
 
     def __repr__(self) -> str:
         return f"<AdbStream {self.local_id}:{self.remote_id} {self.service!r} {self._state.value}>"
