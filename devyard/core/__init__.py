@@ -32,7 +32,7 @@ from .session import Session, SessionStatistics, open_session
 from .splice import SpliceResult, splice
 from .state import StreamState
 from .stream import MuxStream
-from .transports import WebSocketStream, open_transport
+from .transports import MessageStream, WebSocketStream, open_transport
 
 __all__ = [
     "DEFAULT_CONFIG",
@@ -43,6 +43,7 @@ __all__ = [
     "FrameType",
     "GoAwayCode",
     "LocalProtocolError",
+    "MessageStream",
     "MuxError",
     "MuxStream",
     "OpenError",

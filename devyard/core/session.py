@@ -10,7 +10,7 @@ Theory of operation
   cannot hold up the others: its window, not the reader, absorbs the stall.
 * the **writer**, the only task that writes the transport: control frames (window updates,
   ACKs, pings, resets, GO_AWAY) go first, then data frames in FIFO order; everything pending,
-  up to `max_write_batch` (`WebSocketStream.max_send` over a WebSocket), is joined into one
+  up to `max_write_batch` (`MessageStream.max_send` over a WebSocket), is joined into one
   `send_all`, always whole frames (a WebSocket message then carries whole frames). FIN
   travels with the data so it never overtakes it. Woken with little pending, it lets the
   tasks already runnable take two turns first, so frames queued together share one write.
@@ -63,7 +63,7 @@ from .config import DEFAULT_CONFIG, SessionConfig
 from .frames import HEADER_SIZE, MAX_STREAM_ID, Flag, Frame, FrameType, GoAwayCode
 from .state import StreamState
 from .stream import YAMUX_INITIAL_WINDOW, MuxStream
-from .transports import WebSocketStream
+from .transports import MessageStream
 
 __all__ = ["Session", "SessionStatistics", "open_session"]
 
@@ -104,7 +104,7 @@ class Session:
         self.client: Final = client
         self._transport = transport
         self._max_write = config.max_write_batch
-        if isinstance(transport, WebSocketStream):  # one write is one message: keep it small
+        if isinstance(transport, MessageStream):  # one write is one message: keep it small
             self._max_write = min(self._max_write, transport.max_send)
         # Go yamux sends DATA frames as large as the window; the window check bounds them.
         self._decoder = FrameDecoder(config.max_window)

@@ -24,6 +24,7 @@ __all__ = [
     "WS_MAX_MESSAGE",
     "WS_MAX_SEND",
     "WS_RECEIVE_BUFFER",
+    "MessageStream",
     "WebSocketStream",
     "open_transport",
 ]
@@ -39,22 +40,32 @@ WS_MAX_MESSAGE: Final = 4 * 1024 * 1024
 WS_MAX_SEND: Final = 256 * 1024
 
 
-class WebSocketStream(trio.abc.Stream):
-    """A trio-websocket connection as a byte stream of binary messages."""
+class MessageStream(trio.abc.Stream):
+    """Binary messages presented as a byte stream: the base of every WebSocket transport.
+
+    Each `send_all` is one message (`_send_message`); `receive_some` hands out message bytes,
+    keeping the rest of a large message for the next call. Subclasses supply the two message
+    hooks (`_receive_message` returns None at a clean end) and `aclose`.
+    """
 
     #: The session writer sends at most this much per send_all, that is per message.
     max_send: Final = WS_MAX_SEND
 
-    def __init__(self, connection: trio_websocket.WebSocketConnection) -> None:
-        self.connection = connection
+    def __init__(self) -> None:
         self._pending = memoryview(b"")
         self._eof = False
+        self._closed = False
+
+    async def _send_message(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    async def _receive_message(self) -> bytes | None:
+        raise NotImplementedError
 
     async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        try:
-            await self.connection.send_message(bytes(data))
-        except trio_websocket.ConnectionClosed as exc:
-            raise trio.BrokenResourceError(f"websocket closed: {exc.reason}") from exc
+        if self._closed:
+            raise trio.ClosedResourceError("websocket closed")
+        await self._send_message(bytes(data))
 
     async def wait_send_all_might_not_block(self) -> None:
         await trio.lowlevel.checkpoint()
@@ -62,20 +73,16 @@ class WebSocketStream(trio.abc.Stream):
     async def receive_some(self, max_bytes: int | None = None) -> bytes:
         if max_bytes is not None and max_bytes < 1:
             raise ValueError("max_bytes must be >= 1")
+        if self._closed:
+            raise trio.ClosedResourceError("websocket closed")
         if not self._pending:
             if self._eof:
                 await trio.lowlevel.checkpoint()
                 return b""
-            try:
-                message = await self.connection.get_message()
-            except trio_websocket.ConnectionClosed as exc:
+            message = await self._receive_message()
+            if message is None:
                 self._eof = True
-                reason = exc.reason
-                if reason is None or reason.code in (1000, 1001):
-                    return b""
-                raise trio.BrokenResourceError(f"websocket closed: {reason}") from exc
-            if isinstance(message, str):
-                raise trio.BrokenResourceError("text message on a binary websocket transport")
+                return b""
             if max_bytes is None or len(message) <= max_bytes:
                 return message
             self._pending = memoryview(message)
@@ -86,7 +93,35 @@ class WebSocketStream(trio.abc.Stream):
         self._pending = self._pending[size:]
         return chunk
 
+
+class WebSocketStream(MessageStream):
+    """A trio-websocket connection as a byte stream of binary messages."""
+
+    def __init__(self, connection: trio_websocket.WebSocketConnection) -> None:
+        super().__init__()
+        self.connection = connection
+
+    async def _send_message(self, data: bytes) -> None:
+        try:
+            await self.connection.send_message(data)
+        except trio_websocket.ConnectionClosed as exc:
+            raise trio.BrokenResourceError(f"websocket closed: {exc.reason}") from exc
+
+    async def _receive_message(self) -> bytes | None:
+        try:
+            message = await self.connection.get_message()
+        except trio_websocket.ConnectionClosed as exc:
+            self._eof = True
+            reason = exc.reason
+            if reason is None or reason.code in (1000, 1001):
+                return None
+            raise trio.BrokenResourceError(f"websocket closed: {reason}") from exc
+        if isinstance(message, str):
+            raise trio.BrokenResourceError("text message on a binary websocket transport")
+        return message
+
     async def aclose(self) -> None:
+        self._closed = True
         await self.connection.aclose()
 
 
