@@ -35,7 +35,11 @@ DEFAULT_UP_HOST: Final = "127.0.0.1"
 DEFAULT_UP_PORT: Final = 8080
 
 # Packages that declare subcommands with `add_commands(subparsers)`.
-_COMMAND_MODULES: Final = ("devyard.client.commands", "devyard.hostd.commands")
+_COMMAND_MODULES: Final = (
+    "devyard.client.commands",
+    "devyard.hostd.commands",
+    "devyard.connector.commands",
+)
 
 Sub: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
