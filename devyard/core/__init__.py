@@ -28,6 +28,8 @@ from .preamble import (
     request_open,
     send_message,
 )
+from .relay import RelayDecoder, encode_relay
+from .relay_channel import RelayChannel
 from .session import Session, SessionStatistics, open_session
 from .splice import SpliceResult, splice
 from .state import StreamState
@@ -48,6 +50,8 @@ __all__ = [
     "MuxStream",
     "OpenError",
     "ProtocolError",
+    "RelayChannel",
+    "RelayDecoder",
     "RemoteProtocolError",
     "Session",
     "SessionBrokenError",
@@ -60,6 +64,7 @@ __all__ = [
     "StreamState",
     "WebSocketStream",
     "accept_open",
+    "encode_relay",
     "open_session",
     "open_transport",
     "read_open",

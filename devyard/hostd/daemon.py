@@ -26,6 +26,7 @@ import trio_websocket
 
 from .. import __version__
 from ..core import Backoff, ControlChannel, Session, open_session, open_transport
+from .endpoints import serve_streams
 from .supervisor import Supervisor
 
 log = logging.getLogger(__name__)
@@ -192,6 +193,7 @@ async def _run_session(
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_receive_orders, control, supervisor)
         nursery.start_soon(_send_events, control, supervisor)
+        nursery.start_soon(serve_streams, session, supervisor.device)
         await shutdown.wait()
         # Clean stop: say so, GO_AWAY first, then stop instances and report them.
         await control.send({"type": "shutdown", "reason": "host daemon stopping"})

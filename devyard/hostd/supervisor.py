@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 import trio
 
-from .drivers import DeviceError, DeviceSpec, Platform, open_device
+from .drivers import DeviceDriver, DeviceError, DeviceSpec, Platform, open_device
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +29,7 @@ __all__ = ["Supervisor"]
 class _Instance:
     instance_id: str
     stop: trio.Event = attrs.field(factory=trio.Event)
+    device: DeviceDriver | None = None  # set once the device is up (ready)
 
 
 class Supervisor:
@@ -50,6 +51,11 @@ class Supervisor:
 
     def running(self) -> list[str]:
         return sorted(self._instances)
+
+    def device(self, instance_id: str) -> DeviceDriver | None:
+        """The running device of a ready instance; None if it is not (or no longer) up."""
+        instance = self._instances.get(instance_id)
+        return None if instance is None or instance.stop.is_set() else instance.device
 
     def sandbox_of(self, instance_id: str) -> Path:
         return self.instances_dir / instance_id
@@ -132,7 +138,8 @@ class Supervisor:
     async def _run(self, instance: _Instance, spec: DeviceSpec) -> None:
         error: str | None = None
         try:
-            async with open_device(spec, self.driver):
+            async with open_device(spec, self.driver) as device:
+                instance.device = device
                 log.info("instance %s ready (%s)", instance.instance_id, spec.platform)
                 self._emit(instance.instance_id, "ready", None)
                 await instance.stop.wait()

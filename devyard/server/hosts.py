@@ -27,6 +27,9 @@ __all__ = [
     "HostInfo",
     "HostRegistry",
     "HostUnavailableError",
+    "InstanceAccess",
+    "InstanceAccessError",
+    "InstanceDirectory",
     "InstanceEvent",
     "InstanceEvents",
     "InstanceOrder",
@@ -106,4 +109,37 @@ class InstanceEvents(Protocol):
 
     async def on_host_lost(self, host_id: str) -> None:
         """The host's link is gone and did not come back within the grace period."""
+        ...
+
+
+@attrs.frozen
+class InstanceAccess:
+    """A caller's token admits it to a running instance (`InstanceDirectory.authorize`)."""
+
+    instance_id: str
+    host_id: str
+    platform: str
+    stream_only: bool  # the stream token: the browser stream and viewer page only
+
+
+class InstanceAccessError(Exception):
+    """Why a per-instance request is refused: an HTTP status, a reason code and a message."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+
+class InstanceDirectory(Protocol):
+    """Implemented by the instances service; the edge's per-instance gateway calls it."""
+
+    async def authorize(self, instance_id: str, token: str) -> InstanceAccess:
+        """Raises InstanceAccessError: 404 unknown, 410 terminated, 401 wrong token, 409 not
+        ready yet."""
+        ...
+
+    def touch(self, instance_id: str) -> None:
+        """Client traffic reached the instance (its inactivity timer starts again)."""
         ...

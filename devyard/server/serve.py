@@ -24,6 +24,7 @@ import trio
 from .bootstrap import FirstStart, bootstrap_organization, first_start
 from .config import ServerConfig
 from .edge import DEFAULT_HOST_GRACE, HOST_CONNECTIONS_PATH, HOST_TOKENS_FILE, HostTokens, open_edge
+from .edge.gateway import INSTANCES_PREFIX, InstanceGateway
 from .edge.links import LoggingInstanceEvents
 from .hosts import InstanceEvents
 from .store import Store, open_store
@@ -102,6 +103,7 @@ async def _serve(
                 config,
                 shutdown_trigger=shutdown_trigger,
                 websockets={HOST_CONNECTIONS_PATH: edge},
+                prefixes={INSTANCES_PREFIX: InstanceGateway(edge, service)},
                 hosts=edge,
                 instance_service=service,
                 task_status=task_status,

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 import trio
 from quart_trio import QuartTrio
 
+from ..blobs import AssetBlobs
 from ..config import ServerConfig
 from ..instances import EmptyRegistry, InstanceService
 from ..store.base import Store
@@ -22,6 +23,7 @@ from .contract import Contract, load_document, rule_to_template
 from .pipeline import before_request
 from .ratelimit import KeyedRateLimiter
 from .routes import api_keys, health, identity, instances, organizations
+from .routes.assets import install_assets, local_asset_blobs
 
 __all__ = ["DEFAULT_PLANS", "create_app"]
 
@@ -51,6 +53,7 @@ def create_app(
     contract: Contract | None = None,
     clock: Callable[[], float] = trio.current_time,
     plans: Mapping[str, Plan] = DEFAULT_PLANS,
+    asset_blobs: AssetBlobs | None = None,
     instance_service: InstanceService | None = None,
 ) -> QuartTrio:
     """The control API over *store*. The caller owns the store and closes it, and runs
@@ -85,6 +88,9 @@ def create_app(
     app.before_request(before_request)
     for module in (health, identity, organizations, api_keys, instances):
         app.register_blueprint(module.blueprint)
+    if asset_blobs is None:
+        asset_blobs = local_asset_blobs(store, config)
+    install_assets(app, asset_blobs)
     _check_routes_match(app, contract)
     return app
 

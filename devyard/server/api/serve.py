@@ -80,16 +80,30 @@ class ShieldedSend:
 
 
 class WebSocketRoutes:
-    """ASGI dispatcher: WebSocket connections to a mounted path go to their own ASGI callable
-    (the edge's host links, which need no web framework), everything else to the app."""
+    """ASGI dispatcher in front of the app for routes that need no web framework: WebSocket
+    connections to a mounted path (the edge's host links), and every request, HTTP or
+    WebSocket, under a mounted prefix (the per-instance endpoints). Everything else goes to
+    the app."""
 
-    def __init__(self, app: ASGIFramework, routes: dict[str, RawASGI]) -> None:
+    def __init__(
+        self,
+        app: ASGIFramework,
+        routes: dict[str, RawASGI],
+        prefixes: dict[str, RawASGI] | None = None,
+    ) -> None:
         self.app = app
         self.routes = routes
+        self.prefixes = prefixes or {}
 
     async def __call__(
         self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable
     ) -> None:
+        if scope["type"] in ("http", "websocket"):
+            path = scope["path"]
+            for prefix, handler in self.prefixes.items():
+                if path.startswith(prefix):
+                    await handler(scope, receive, send)
+                    return
         if scope["type"] == "websocket":
             route = self.routes.get(scope["path"])
             if route is not None:
@@ -116,6 +130,7 @@ async def serve_api(
     *,
     shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
     websockets: dict[str, RawASGI] | None = None,
+    prefixes: dict[str, RawASGI] | None = None,
     hosts: HostRegistry | None = None,
     instance_service: InstanceService | None = None,
     task_status: trio.TaskStatus[BoundServer] = trio.TASK_STATUS_IGNORED,
@@ -123,11 +138,12 @@ async def serve_api(
     """Serve the control API over *store* (owned by the caller) until shut down.
 
     *websockets* mounts ASGI callables on WebSocket paths in front of the API (the edge's
-    ``/v1/host_connections``); *hosts* is passed through to the ``BoundServer``.
+    ``/v1/host_connections``), *prefixes* on path prefixes for HTTP and WebSocket alike (the
+    per-instance endpoints); *hosts* is passed through to the ``BoundServer``.
     """
     app: ASGIFramework = ShieldedSend(create_app(store, config, instance_service=instance_service))
-    if websockets:
-        app = WebSocketRoutes(app, websockets)
+    if websockets or prefixes:
+        app = WebSocketRoutes(app, websockets or {}, prefixes)
     async with trio.open_nursery() as nursery:
         binds: list[str] = await nursery.start(
             partial(

@@ -21,7 +21,16 @@ from typing import Any, Final
 import attrs
 import trio
 
-from ...core import ControlChannel, GoAwayCode, open_session
+from ...core import (
+    ControlChannel,
+    GoAwayCode,
+    MuxStream,
+    Session,
+    SessionBrokenError,
+    SessionGoneAwayError,
+    open_session,
+    request_open,
+)
 from ..hosts import (
     HostInfo,
     HostUnavailableError,
@@ -30,6 +39,7 @@ from ..hosts import (
     InstanceOrder,
     InstancePhase,
 )
+from .asgi import bearer_token, reject_websocket
 from .asgi_stream import ASGIWebSocketStream, Receive, Send
 from .tokens import HostTokens
 
@@ -41,6 +51,7 @@ HOST_CONNECTIONS_PATH: Final = "/v1/host_connections"
 DEFAULT_HOST_GRACE: Final = 30.0
 PROTO: Final = 1
 _HELLO_TIMEOUT: Final = 10.0
+_OPEN_TIMEOUT: Final = 10.0
 
 
 class _HelloError(Exception):
@@ -50,6 +61,7 @@ class _HelloError(Exception):
 @attrs.define
 class _Link:
     host_id: str
+    session: Session
     control: ControlChannel
     info: HostInfo
     running: set[str]
@@ -104,6 +116,35 @@ class Edge:
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             log.info("host %s: link broke while stopping %s", host_id, instance_id)
 
+    # ---- streams to a host's instances (the per-instance gateway) ------------------------
+
+    async def open_instance_stream(
+        self, host_id: str, kind: str, instance_id: str, **fields: Any
+    ) -> MuxStream:
+        """A stream of *kind* to an instance on *host_id*, its open preamble accepted.
+
+        Raises HostUnavailableError when the host is not linked (or its link is going away),
+        OpenError when the host refuses (``not-found``: the instance is not running there).
+        """
+        link = self._links.get(host_id)
+        if link is None:
+            raise HostUnavailableError(f"host {host_id} is not connected")
+        try:
+            stream = await link.session.open_stream()
+        except (SessionBrokenError, SessionGoneAwayError, trio.ClosedResourceError) as exc:
+            raise HostUnavailableError(f"host {host_id}'s link is going away") from exc
+        try:
+            with trio.fail_after(_OPEN_TIMEOUT):
+                await request_open(stream, kind, instance_id=instance_id, **fields)
+        except BaseException as exc:
+            await trio.aclose_forcefully(stream)
+            if isinstance(exc, trio.TooSlowError):
+                raise HostUnavailableError(f"host {host_id} did not answer in time") from exc
+            if isinstance(exc, trio.BrokenResourceError | trio.ClosedResourceError):
+                raise HostUnavailableError(f"host {host_id}'s link broke") from exc
+            raise
+        return stream
+
     # ---- the ASGI route -------------------------------------------------------------------
 
     async def __call__(self, scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
@@ -114,7 +155,7 @@ class Edge:
             return
         host_id = await self._authenticate(scope)
         if host_id is None:
-            await _reject(scope, send, 401, "invalid host token")
+            await reject_websocket(scope, send, 401, "invalid host token", "unauthorized")
             return
         await send({"type": "websocket.accept"})
         stream = ASGIWebSocketStream(receive, send)
@@ -126,12 +167,7 @@ class Edge:
             await trio.aclose_forcefully(stream)
 
     async def _authenticate(self, scope: MutableMapping[str, Any]) -> str | None:
-        token = None
-        for name, value in scope.get("headers", []):
-            if bytes(name).lower() == b"authorization":
-                scheme, _, credential = bytes(value).decode("latin-1").partition(" ")
-                if scheme.lower() == "bearer":
-                    token = credential.strip()
+        token = bearer_token(scope)
         if not token:
             await trio.lowlevel.checkpoint()
             return None
@@ -159,6 +195,7 @@ class Edge:
             instances = hello.get("instances", [])
             link = _Link(
                 host_id=host_id,
+                session=session,
                 control=control,
                 info=info,
                 running={str(i) for i in instances} if isinstance(instances, list) else set(),
@@ -241,26 +278,6 @@ def _host_info(host_id: str, hello: dict[str, Any]) -> HostInfo:
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise _HelloError(f"bad hello: {exc}") from exc
-
-
-async def _reject(scope: MutableMapping[str, Any], send: Send, status: int, message: str) -> None:
-    """Refuse the upgrade with an HTTP response (ASGI websocket.http.response), else close."""
-    if "websocket.http.response" in scope.get("extensions", {}):
-        body = ('{"type":"unauthorized","message":"' + message + '"}').encode()
-        await send(
-            {
-                "type": "websocket.http.response.start",
-                "status": status,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"www-authenticate", b"Bearer"),
-                    (b"content-length", str(len(body)).encode()),
-                ],
-            }
-        )
-        await send({"type": "websocket.http.response.body", "body": body})
-    else:
-        await send({"type": "websocket.close", "code": 1008})
 
 
 @asynccontextmanager

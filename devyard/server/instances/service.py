@@ -20,6 +20,7 @@ timeout counts from creation.
 
 from __future__ import annotations
 
+import hmac
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any, Final, NoReturn
@@ -31,6 +32,8 @@ from ..hosts import (
     HostInfo,
     HostRegistry,
     HostUnavailableError,
+    InstanceAccess,
+    InstanceAccessError,
     InstanceEvent,
     InstanceOrder,
     InstancePhase,
@@ -299,6 +302,38 @@ class InstanceService:
     async def on_host_lost(self, host_id: str) -> None:
         for instance in await self._store.list_live_instances(host_id=host_id):
             await self._end(instance.id, TerminationReason.HOST_LOST, f"host {host_id} is gone")
+
+    async def authorize(self, instance_id: str, token: str) -> InstanceAccess:
+        """`InstanceDirectory`: may *token* reach the per-instance endpoints of *instance_id*?"""
+        try:
+            instance = await self._store.get_instance(instance_id)
+        except store_errors.NotFound:
+            raise InstanceAccessError(404, "not_found", f"no instance {instance_id}") from None
+        if instance.state is InstanceState.TERMINATED:
+            why = instance.termination_reason.value if instance.termination_reason else "ended"
+            raise InstanceAccessError(410, "gone", f"instance {instance_id} was terminated ({why})")
+        full = bool(instance.token) and hmac.compare_digest(
+            token.encode(), str(instance.token).encode()
+        )
+        stream = bool(instance.stream_token) and hmac.compare_digest(
+            token.encode(), str(instance.stream_token).encode()
+        )
+        if not (full or stream):
+            raise InstanceAccessError(
+                401, "unauthorized", f"the token does not open instance {instance_id}"
+            )
+        if instance.state is not InstanceState.READY or instance.host_id is None:
+            raise InstanceAccessError(
+                409,
+                "not_ready",
+                f"instance {instance_id} is {instance.state.value}, not ready yet",
+            )
+        return InstanceAccess(
+            instance_id=instance.id,
+            host_id=instance.host_id,
+            platform=instance.platform.value,
+            stream_only=not full,
+        )
 
     def touch(self, instance_id: str) -> None:
         """Client traffic to the instance: its inactivity period starts again."""

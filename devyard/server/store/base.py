@@ -36,6 +36,7 @@ __all__ = [
     "Affiliation",
     "ApiKey",
     "ApiKeyCredential",
+    "Asset",
     "Feedback",
     "FeedbackKind",
     "Instance",
@@ -224,6 +225,25 @@ class Instance:
         return self.state in LIVE_STATES
 
 
+@attrs.frozen
+class Asset:
+    """An uploaded file (an app, usually) of one organization, unique by name there. The bytes
+    live in the blob store under ``blob_key``; a new upload writes a new key and switches the
+    row to it (docs/assets.md)."""
+
+    id: str  # "asset_<ULID>"
+    org_id: str
+    name: str
+    os: str | None  # "ios" / "android"; None: every platform
+    created_at: datetime
+    ttl_s: int | None = None  # the asset expires this long after its last upload
+    expires_at: datetime | None = None
+    md5: str | None = None  # lower-case hex, once bytes were uploaded
+    size: int | None = None
+    blob_key: str | None = None
+    uploaded_at: datetime | None = None
+
+
 class Store(Protocol):
     """The persistent state of the control plane. Implementations: `SqlStore` over
     SQLite or PostgreSQL, obtained with `open_store`."""
@@ -390,3 +410,36 @@ class Store(Protocol):
 
     async def get_instance_by_token(self, token: str) -> tuple[Instance, bool]:
         """The live instance a token opens and whether it is only the stream token."""
+
+    # -- assets (assets.py) ----------------------------------------------------------------
+    async def upsert_asset(
+        self, *, org_id: str, name: str, os: str | None = None, ttl_s: int | None = None
+    ) -> Asset:
+        """The organization's asset called *name*, created if missing. A given ``os`` or
+        ``ttl_s`` replaces the stored one (``ttl_s`` also restarts the expiry from now);
+        ``None`` keeps it."""
+
+    async def get_asset(self, asset_id: str, *, org_id: str | None = None) -> Asset:
+        """``org_id`` limits the lookup to one organization (another's is NotFound)."""
+
+    async def list_assets(
+        self,
+        org_id: str,
+        *,
+        name: str | None = None,
+        name_prefix: str | None = None,
+        limit: int = 50,
+    ) -> list[Asset]:
+        """At most *limit* assets in id order, filtered by exact name and/or name prefix."""
+
+    async def delete_asset(self, org_id: str, asset_id: str) -> Asset:
+        """Deletes the row and returns it (its ``blob_key`` is the caller's to delete)."""
+
+    async def set_asset_blob(
+        self, asset_id: str, *, blob_key: str, md5: str, size: int
+    ) -> tuple[Asset, str | None]:
+        """Points the asset at newly written bytes, restarting its ttl; returns the asset and
+        the blob key it had before (to delete). NotFound if the asset was deleted meanwhile."""
+
+    async def list_expired_assets(self, *, limit: int = 100) -> list[Asset]:
+        """Assets whose expiry is past by the store's clock, soonest expired first."""

@@ -158,4 +158,28 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
             "CREATE INDEX instance_labels_by_pair ON instance_labels (key, value, instance_id)",
         ),
     ),
+    Migration(
+        3,
+        "assets: named uploads per organization, bytes in the blob store",
+        (
+            """
+            CREATE TABLE assets (
+                id          TEXT PRIMARY KEY,
+                org_id      TEXT NOT NULL REFERENCES organizations (id) ON DELETE CASCADE,
+                name        TEXT NOT NULL,
+                os          TEXT CHECK (os IN ('ios', 'android')),
+                created_at  {timestamp} NOT NULL,
+                ttl_s       INTEGER CHECK (ttl_s > 0),
+                expires_at  {timestamp},
+                md5         TEXT,
+                size        BIGINT CHECK (size >= 0),
+                blob_key    TEXT,
+                uploaded_at {timestamp},
+                UNIQUE (org_id, name)
+            )
+            """,
+            "CREATE INDEX assets_by_org ON assets (org_id, id)",
+            "CREATE INDEX assets_by_expiry ON assets (expires_at)",
+        ),
+    ),
 )

@@ -19,6 +19,7 @@ from typing import Final, TypeVar
 import attrs
 
 from . import rows
+from .assets import SqlAssets
 from .base import (
     DEFAULT_SETTINGS,
     UNSET,
@@ -90,7 +91,7 @@ def _get_key(tx: Tx, org_id: str, key_id: str) -> ApiKey:
     return rows.api_key(_one(tx, sql, {"id": key_id, "org_id": org_id}, "API key", key_id))
 
 
-class SqlStore(SqlInstances):
+class SqlStore(SqlInstances, SqlAssets):
     """The `base.Store` over a `Database`; obtain one with `open_store`."""
 
     def __init__(self, db: Database, *, clock: Callable[[], datetime] = utc_now) -> None:

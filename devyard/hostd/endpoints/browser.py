@@ -1,0 +1,205 @@
+"""The browser stream (``endpointWebSocketUrl``), served by the host on a relayed mux stream.
+
+The edge carries the browser's WebSocket messages over a ``device-stream`` stream as relay
+messages (docs/protocol.md 6.3): text is JSON control, binary is media. The protocol is the
+one of docs/devices.md "Browser stream":
+
+    host -> browser  {"type": "hello", "protocol": 1, "width", "height", "rotation", "codecs",
+                      "instanceId", "platform", "model"}
+    browser -> host  {"type": "start", "codec": "jpeg", "maxFps"?, "maxSize"?}
+    host -> browser  media frames, binary: [u8 kind][u8 flags][u64 BE pts us][payload]
+                     kind 3 = JPEG picture, 4 = PNG screenshot (the answer to "screenshot");
+                     flags bit 0 = keyframe
+    browser -> host  {"type": "touch", "pointerId", "action", "x", "y"} (x, y in [0, 1]),
+                     "key" {key}, "text" {text}, "scroll" {x, y, dx, dy},
+                     "clipboard" {text?} (without text: the host answers {"type": "clipboard",
+                     "text"}), "rotate" {rotation}, "openUrl" {url}, "screenshot",
+                     "requestFrame", "stop", "keepAlive"
+    host -> browser  {"type": "keepAlive"} every 15 s; {"type": "error", "message"} on bad input
+
+A new ``start`` replaces the running one (codec or size change) and begins with a keyframe.
+Frames are pulled from the device's iterator only as fast as the stream takes them, and the
+iterator keeps only the latest picture: a slow viewer gets fewer frames, never a backlog.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import struct
+from typing import Any, Final
+
+import trio
+
+from ...core import RelayChannel
+from ..drivers import (
+    Codec,
+    DeviceDriver,
+    DeviceError,
+    Key,
+    Rotation,
+    TouchAction,
+)
+
+log = logging.getLogger(__name__)
+
+__all__ = ["PROTOCOL_VERSION", "serve_browser_stream"]
+
+PROTOCOL_VERSION: Final = 1
+KIND_JPEG: Final = 3
+KIND_SCREENSHOT: Final = 4
+FLAG_KEYFRAME: Final = 1
+_MEDIA_HEADER: Final = struct.Struct(">BBQ")
+_KEEPALIVE_S: Final = 15.0
+_DEFAULT_FPS: Final = 30.0
+
+
+class _BadInput(Exception):
+    pass
+
+
+def media_frame(kind: int, keyframe: bool, pts_us: int, payload: bytes) -> bytes:
+    return _MEDIA_HEADER.pack(kind, FLAG_KEYFRAME if keyframe else 0, pts_us) + payload
+
+
+def _hello(device: DeviceDriver) -> dict[str, Any]:
+    info = device.describe()
+    return {
+        "type": "hello",
+        "protocol": PROTOCOL_VERSION,
+        "width": info.width,
+        "height": info.height,
+        "rotation": int(info.rotation),
+        "codecs": [c.value for c in info.codecs],
+        "instanceId": info.instance_id,
+        "platform": info.platform.value,
+        "model": info.model,
+    }
+
+
+def _num(message: dict[str, Any], name: str, default: float | None = None) -> float:
+    value = message.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise _BadInput(f"{message.get('type')}: {name!r} must be a number")
+    return float(value)
+
+
+def _str(message: dict[str, Any], name: str) -> str:
+    value = message.get(name)
+    if not isinstance(value, str):
+        raise _BadInput(f"{message.get('type')}: {name!r} must be a string")
+    return value
+
+
+class _Viewer:
+    def __init__(self, channel: RelayChannel, device: DeviceDriver) -> None:
+        self.channel = channel
+        self.device = device
+        self._frames_scope: trio.CancelScope | None = None
+
+    async def send_json(self, message: dict[str, Any]) -> None:
+        await self.channel.send(json.dumps(message, separators=(",", ":")))
+
+    async def run(self) -> None:
+        await self.send_json(_hello(self.device))
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._keepalive)
+            try:
+                await self._receive_loop(nursery)
+            finally:
+                nursery.cancel_scope.cancel()
+
+    async def _keepalive(self) -> None:
+        while True:
+            await trio.sleep(_KEEPALIVE_S)
+            await self.send_json({"type": "keepAlive"})
+
+    async def _receive_loop(self, nursery: trio.Nursery) -> None:
+        while True:
+            try:
+                raw = await self.channel.receive()
+            except trio.EndOfChannel:
+                return
+            if isinstance(raw, bytes):
+                await self.send_json({"type": "error", "message": "binary input is not supported"})
+                continue
+            try:
+                message = json.loads(raw)
+                if not isinstance(message, dict):
+                    raise _BadInput("a control message must be a JSON object")
+                await self._handle(message, nursery)
+            except (_BadInput, DeviceError, ValueError) as exc:
+                await self.send_json({"type": "error", "message": str(exc)})
+
+    async def _handle(self, message: dict[str, Any], nursery: trio.Nursery) -> None:
+        kind = message.get("type")
+        device = self.device
+        if kind == "start":
+            codec = Codec(message.get("codec", Codec.JPEG.value))
+            if codec not in device.describe().codecs:
+                raise _BadInput(f"codec {codec.value!r} is not offered by this device")
+            max_fps = _num(message, "maxFps", _DEFAULT_FPS)
+            max_size = message.get("maxSize")
+            if max_size is not None and (not isinstance(max_size, int) or max_size < 16):
+                raise _BadInput("start: 'maxSize' must be an integer >= 16")
+            frames = device.frames(codec=codec, max_fps=max_fps, max_size=max_size)
+            self._stop_frames()
+            self._frames_scope = await nursery.start(self._send_frames, frames)
+        elif kind == "stop":
+            self._stop_frames()
+        elif kind == "touch":
+            action = TouchAction(_str(message, "action"))
+            pointer = int(_num(message, "pointerId", 0))
+            await device.touch(pointer, action, _num(message, "x"), _num(message, "y"))
+        elif kind == "key":
+            await device.key(Key(_str(message, "key")))
+        elif kind == "text":
+            await device.text(_str(message, "text"))
+        elif kind == "scroll":
+            x, y = _num(message, "x"), _num(message, "y")
+            await device.scroll(x, y, _num(message, "dx", 0.0), _num(message, "dy", 0.0))
+        elif kind == "clipboard":
+            if "text" in message:
+                await device.set_clipboard(_str(message, "text"))
+            else:
+                await self.send_json({"type": "clipboard", "text": await device.get_clipboard()})
+        elif kind == "rotate":
+            await device.rotate(Rotation(int(_num(message, "rotation"))))
+        elif kind == "openUrl":
+            await device.open_url(_str(message, "url"))
+        elif kind == "screenshot":
+            png = await device.screenshot()
+            await self.channel.send(media_frame(KIND_SCREENSHOT, True, 0, png))
+        elif kind == "requestFrame":
+            device.request_keyframe()
+        elif kind == "keepAlive":
+            pass
+        else:
+            raise _BadInput(f"unknown message type {kind!r}")
+
+    def _stop_frames(self) -> None:
+        if self._frames_scope is not None:
+            self._frames_scope.cancel()
+            self._frames_scope = None
+
+    async def _send_frames(
+        self, frames: Any, task_status: trio.TaskStatus[trio.CancelScope]
+    ) -> None:
+        with trio.CancelScope() as scope:
+            task_status.started(scope)
+            async for frame in frames:
+                await self.channel.send(
+                    media_frame(KIND_JPEG, frame.keyframe, frame.pts_us, frame.data)
+                )
+
+
+async def serve_browser_stream(stream: trio.abc.Stream, device: DeviceDriver) -> None:
+    """Serve one viewer until it goes away (the open preamble was accepted by the caller)."""
+    channel = RelayChannel(stream)
+    instance_id = device.describe().instance_id
+    try:
+        await _Viewer(channel, device).run()
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        log.info("viewer of %s went away", instance_id)
+    finally:
+        await trio.aclose_forcefully(stream)

@@ -1,0 +1,436 @@
+"""The per-instance device API (``apiUrl``), served by the host on a mux stream.
+
+The edge terminates the client's HTTP request and carries it as an ``api`` stream
+(docs/protocol.md 6.4): the open request holds ``method``, ``path``, ``query`` and
+``content_type``; after the ok reply the request body follows until EOF. The host answers with
+one message ``{"status", "content_type"}`` followed by the response body until EOF.
+
+Routes (docs/instances.md "The device API" is the user's reference):
+
+    GET    /                 describe
+    GET    /screenshot       PNG
+    POST   /input            {"type": "tap"|"swipe"|"touch"|"text"|"key"|"scroll"|"rotate", ...}
+    POST   /open-url         {"url"}
+    GET    /apps             installed apps
+    POST   /apps             install (the body is the .apk / .ipa)
+    POST   /apps/{id}/launch, /apps/{id}/terminate; DELETE /apps/{id}
+    POST   /shell            Android: {"command"} -> {"stdout", "stderr", "exitCode"}
+    GET    /files?path=      pull (a directory gives its listing as JSON)
+    PUT    /files?path=      push (the body), streamed
+    DELETE /files?path=      remove (``recursive=true`` for directories)
+    GET    /clipboard, PUT /clipboard {"text"}
+    GET    /logs?after=N     retained log entries
+
+Coordinates are screen pixels of the current orientation, as ``adb shell input tap`` takes them.
+Errors are ``{"message", "reason"}`` with the status a web API would use.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any, Final, cast
+from urllib.parse import parse_qs
+
+import attrs
+import trio
+
+from ...core import send_message
+from ..adb.device import AdbDevice
+from ..adb.interpreter import CommandIO, Interpreter
+from ..drivers import (
+    AppNotFoundError,
+    DeviceDriver,
+    DeviceError,
+    DeviceFileError,
+    FileEntry,
+    FileKind,
+    InstallError,
+    InvalidInputError,
+    Key,
+    Platform,
+    PortClosedError,
+    Rotation,
+    TouchAction,
+    UnsupportedOperationError,
+)
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ApiRequest", "serve_device_api"]
+
+MAX_JSON_BODY: Final = 1024 * 1024
+MAX_SHELL_OUTPUT: Final = 16 * 1024 * 1024
+SHELL_TIMEOUT_S: Final = 60.0
+_CHUNK: Final = 256 * 1024
+_SWIPE_STEPS: Final = 10
+_DRAIN_TIMEOUT_S: Final = 30.0
+
+
+class HttpError(Exception):
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+
+@attrs.frozen
+class ApiRequest:
+    method: str
+    path: str
+    query: Mapping[str, list[str]]
+    content_type: str
+    body: trio.abc.ReceiveStream
+
+    @classmethod
+    def from_open(cls, request: Mapping[str, Any], body: trio.abc.ReceiveStream) -> ApiRequest:
+        return cls(
+            method=str(request.get("method", "GET")).upper(),
+            path="/" + str(request.get("path", "")).strip("/"),
+            query=parse_qs(str(request.get("query", "")), keep_blank_values=True),
+            content_type=str(request.get("content_type") or ""),
+            body=body,
+        )
+
+    def arg(self, name: str, default: str | None = None) -> str:
+        values = self.query.get(name)
+        if values:
+            return values[0]
+        if default is None:
+            raise HttpError(400, "bad_request", f"the query parameter {name!r} is required")
+        return default
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        while True:
+            data = await self.body.receive_some(_CHUNK)
+            if not data:
+                return
+            yield bytes(data)
+
+    async def read(self, limit: int) -> bytes:
+        out = bytearray()
+        async for chunk in self.chunks():
+            out += chunk
+            if len(out) > limit:
+                raise HttpError(413, "too_large", f"the request body exceeds {limit} bytes")
+        return bytes(out)
+
+    async def json(self) -> dict[str, Any]:
+        raw = await self.read(MAX_JSON_BODY)
+        try:
+            value = json.loads(raw or b"{}")
+        except ValueError as exc:
+            raise HttpError(400, "bad_request", f"the body is not JSON: {exc}") from None
+        if not isinstance(value, dict):
+            raise HttpError(400, "bad_request", "the body must be a JSON object")
+        return value
+
+
+@attrs.frozen
+class Response:
+    status: int = 200
+    content_type: str = "application/json"
+    body: bytes = b""
+
+    @classmethod
+    def of_json(cls, value: object, status: int = 200) -> Response:
+        return cls(status, "application/json", json.dumps(value).encode())
+
+
+def _field(body: Mapping[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
+    value = body.get(name)
+    if isinstance(value, bool) or not isinstance(value, kind):
+        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise HttpError(400, "bad_request", f"{name!r} is required and must be a {names}")
+    return value
+
+
+def _number(body: Mapping[str, Any], name: str) -> float:
+    value = float(_field(body, name, (int, float)))
+    if not math.isfinite(value):
+        raise HttpError(400, "bad_request", f"{name!r} must be a finite number")
+    return value
+
+
+def _entry(entry: FileEntry) -> dict[str, Any]:
+    return {
+        "name": entry.name,
+        "path": entry.path,
+        "kind": entry.kind.value,
+        "size": entry.size,
+        "mode": entry.mode,
+        "mtime": entry.mtime,
+    }
+
+
+def _app(app: Any) -> dict[str, Any]:
+    return {
+        "id": app.app_id,
+        "label": app.label,
+        "version": app.version,
+        "system": app.system,
+        "running": app.running,
+    }
+
+
+class DeviceApi:
+    """The routes of one request against one device."""
+
+    def __init__(self, device: DeviceDriver) -> None:
+        self.device = device
+
+    def _normalized(self, x: float, y: float) -> tuple[float, float]:
+        info = self.device.describe()
+        if not info.has_screen:
+            raise HttpError(400, "unsupported", "this instance has no screen")
+        if not (0 <= x < info.width and 0 <= y < info.height):
+            raise HttpError(
+                400,
+                "bad_request",
+                f"({x:g}, {y:g}) is outside the {info.width}x{info.height} screen",
+            )
+        return x / info.width, y / info.height
+
+    async def route(self, req: ApiRequest) -> Response:
+        parts = [p for p in req.path.split("/") if p]
+        method = req.method
+        match parts:
+            case [] if method == "GET":
+                return Response.of_json(_describe(self.device))
+            case ["screenshot"] if method == "GET":
+                return Response(200, "image/png", await self.device.screenshot())
+            case ["input"] if method == "POST":
+                await self._input(await req.json())
+                return Response.of_json({"ok": True})
+            case ["open-url"] if method == "POST":
+                body = await req.json()
+                await self.device.open_url(_field(body, "url", str))
+                return Response.of_json({"ok": True})
+            case ["apps"] if method == "GET":
+                apps = await self.device.list_apps()
+                return Response.of_json({"items": [_app(a) for a in apps]})
+            case ["apps"] if method == "POST":
+                return Response.of_json(await self._install(req), 201)
+            case ["apps", app_id, "launch"] if method == "POST":
+                await self.device.launch(app_id)
+                return Response.of_json({"ok": True})
+            case ["apps", app_id, "terminate"] if method == "POST":
+                await self.device.terminate(app_id)
+                return Response.of_json({"ok": True})
+            case ["apps", app_id] if method == "DELETE":
+                await self.device.uninstall(app_id)
+                return Response.of_json({"ok": True})
+            case ["shell"] if method == "POST":
+                return Response.of_json(await self._shell(await req.json()))
+            case ["files"]:
+                return await self._files(req)
+            case ["clipboard"] if method == "GET":
+                return Response.of_json({"text": await self.device.get_clipboard()})
+            case ["clipboard"] if method == "PUT":
+                await self.device.set_clipboard(_field(await req.json(), "text", str))
+                return Response.of_json({"ok": True})
+            case ["logs"] if method == "GET":
+                after = _int_arg(req, "after", 0)
+                entries = self.device.logs(after=after)
+                return Response.of_json(
+                    {
+                        "items": [
+                            {
+                                "seq": e.seq,
+                                "time": e.time,
+                                "level": e.level.value,
+                                "tag": e.tag,
+                                "message": e.message,
+                            }
+                            for e in entries
+                        ]
+                    }
+                )
+        known = {"", "screenshot", "input", "open-url", "apps", "shell", "files", "clipboard"}
+        if (parts[:1] and parts[0] in known) or not parts:
+            raise HttpError(405, "method_not_allowed", f"{method} is not allowed on {req.path}")
+        raise HttpError(404, "not_found", f"no device API route {req.path}")
+
+    async def _input(self, body: Mapping[str, Any]) -> None:
+        kind = _field(body, "type", str)
+        device = self.device
+        if kind == "tap":
+            await device.tap(*self._normalized(_number(body, "x"), _number(body, "y")))
+        elif kind == "swipe":
+            x1, y1 = self._normalized(_number(body, "x1"), _number(body, "y1"))
+            x2, y2 = self._normalized(_number(body, "x2"), _number(body, "y2"))
+            duration = float(body.get("durationMs", 300)) / 1000
+            await device.touch(0, TouchAction.DOWN, x1, y1)
+            for step in range(1, _SWIPE_STEPS + 1):
+                f = step / _SWIPE_STEPS
+                await trio.sleep(max(0.0, min(duration, 5.0)) / _SWIPE_STEPS)
+                await device.touch(0, TouchAction.MOVE, x1 + (x2 - x1) * f, y1 + (y2 - y1) * f)
+            await device.touch(0, TouchAction.UP, x2, y2)
+        elif kind == "touch":
+            action = _enum(TouchAction, _field(body, "action", str), "action")
+            x, y = self._normalized(_number(body, "x"), _number(body, "y"))
+            await device.touch(int(body.get("pointerId", 0)), action, x, y)
+        elif kind == "text":
+            await device.text(_field(body, "text", str))
+        elif kind == "key":
+            await device.key(_enum(Key, _field(body, "key", str), "key"))
+        elif kind == "scroll":
+            x, y = self._normalized(_number(body, "x"), _number(body, "y"))
+            await device.scroll(x, y, float(body.get("dx", 0.0)), _number(body, "dy"))
+        elif kind == "rotate":
+            degrees = int(_number(body, "rotation"))
+            try:
+                rotation = Rotation(degrees)
+            except ValueError:
+                raise HttpError(400, "bad_request", "rotation must be 0, 90, 180 or 270") from None
+            await device.rotate(rotation)
+        else:
+            raise HttpError(
+                400,
+                "bad_request",
+                f"unknown input type {kind!r} (tap, swipe, touch, text, key, scroll, rotate)",
+            )
+
+    async def _install(self, req: ApiRequest) -> dict[str, Any]:
+        info = self.device.describe()
+        suffix = ".apk" if info.platform is Platform.ANDROID else ".ipa"
+        with tempfile.TemporaryDirectory(prefix="devyard-install-") as tmp:
+            path = Path(tmp) / f"upload{req.arg('suffix', suffix)[-8:]}"
+            async with await trio.open_file(path, "wb") as out:
+                async for chunk in req.chunks():
+                    await out.write(chunk)
+            return _app(await self.device.install(path))
+
+    async def _shell(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        command = _field(body, "command", str)
+        if self.device.describe().platform is not Platform.ANDROID:
+            raise HttpError(400, "unsupported", "POST /shell is for Android instances")
+        out, err = bytearray(), bytearray()
+
+        def sink(buffer: bytearray) -> Callable[[bytes], Awaitable[None]]:
+            async def write(data: bytes) -> None:
+                if len(buffer) + len(data) > MAX_SHELL_OUTPUT:
+                    raise HttpError(413, "too_large", "the command printed more than 16 MiB")
+                buffer.extend(data)
+
+            return write
+
+        shell = Interpreter(cast(AdbDevice, self.device))
+        status: int | None = None
+        with trio.move_on_after(SHELL_TIMEOUT_S):
+            status = await shell.run_line(command, CommandIO(sink(out), sink(err)))
+        if status is None:
+            err += f"devyard: the command timed out after {SHELL_TIMEOUT_S:g} s\n".encode()
+            status = 124  # what timeout(1) exits with
+        return {
+            "stdout": out.decode(errors="replace"),
+            "stderr": err.decode(errors="replace"),
+            "exitCode": status,
+        }
+
+    async def _files(self, req: ApiRequest) -> Response:
+        path = req.arg("path")
+        device = self.device
+        if req.method == "GET":
+            entry = await device.stat(path)
+            if entry.kind is FileKind.DIRECTORY:
+                entries = await device.ls(path)
+                return Response.of_json({"path": path, "items": [_entry(e) for e in entries]})
+            return Response(200, "application/octet-stream", await device.pull(path))
+        if req.method == "PUT":
+            written = await device.push(path, req.chunks())
+            return Response.of_json({"path": path, "size": written}, 201)
+        if req.method == "DELETE":
+            await device.remove(path, recursive=req.arg("recursive", "false") == "true")
+            return Response.of_json({"ok": True})
+        raise HttpError(405, "method_not_allowed", f"{req.method} is not allowed on /files")
+
+
+def _describe(device: DeviceDriver) -> dict[str, Any]:
+    info = device.describe()
+    return {
+        "instanceId": info.instance_id,
+        "driver": info.driver,
+        "platform": info.platform.value,
+        "model": info.model,
+        "modelName": info.model_name,
+        "osName": info.os_name,
+        "osVersion": info.os_version,
+        "hasScreen": info.has_screen,
+        "width": info.width,
+        "height": info.height,
+        "rotation": int(info.rotation),
+        "density": info.density,
+        "codecs": [c.value for c in info.codecs],
+    }
+
+
+def _int_arg(req: ApiRequest, name: str, default: int) -> int:
+    raw = req.arg(name, str(default))
+    try:
+        return int(raw)
+    except ValueError:
+        raise HttpError(400, "bad_request", f"{name!r} must be an integer") from None
+
+
+def _enum(kind: Any, value: str, name: str) -> Any:
+    try:
+        return kind(value)
+    except ValueError:
+        allowed = ", ".join(m.value for m in kind)
+        raise HttpError(400, "bad_request", f"{name!r} must be one of {allowed}") from None
+
+
+def _error_response(exc: Exception) -> Response:
+    status, reason = 500, "device_error"
+    if isinstance(exc, HttpError):
+        return Response.of_json({"message": exc.message, "reason": exc.reason}, exc.status)
+    if isinstance(exc, InvalidInputError):
+        status, reason = 400, "bad_request"
+    elif isinstance(exc, UnsupportedOperationError):
+        status, reason = 400, "unsupported"
+    elif isinstance(exc, AppNotFoundError):
+        status, reason = 404, "app_not_found"
+    elif isinstance(exc, DeviceFileError):
+        status, reason = (404, "file_not_found") if exc.errno == 2 else (400, "file_error")
+    elif isinstance(exc, InstallError):
+        status, reason = 422, "install_failed"
+    elif isinstance(exc, PortClosedError):
+        status, reason = 502, "port_closed"
+    return Response.of_json({"message": str(exc), "reason": reason}, status)
+
+
+async def serve_device_api(
+    stream: trio.abc.HalfCloseableStream, device: DeviceDriver, request: Mapping[str, Any]
+) -> None:
+    """Answer one request (the open preamble was accepted by the caller); close the stream."""
+    req = ApiRequest.from_open(request, stream)
+    try:
+        response = await DeviceApi(device).route(req)
+    except (HttpError, DeviceError) as exc:
+        response = _error_response(exc)
+    except trio.ClosedResourceError:
+        response = _error_response(HttpError(410, "gone", "the instance is stopping"))
+    if response.status >= 500:
+        log.warning("device API %s %s: %s", req.method, req.path, response.body[:200])
+    try:
+        await send_message(
+            stream, {"status": response.status, "content_type": response.content_type}
+        )
+        for start in range(0, len(response.body), _CHUNK):
+            await stream.send_all(response.body[start : start + _CHUNK])
+        await stream.send_eof()
+        # Whatever body the route did not read is discarded until the edge closes its side:
+        # closing with unread data would reset the stream and lose the response in flight.
+        with trio.move_on_after(_DRAIN_TIMEOUT_S):
+            while await stream.receive_some(_CHUNK):
+                pass
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        log.info("device API %s %s: the edge went away", req.method, req.path)
+    finally:
+        await trio.aclose_forcefully(stream)

@@ -1,0 +1,96 @@
+"""Accept the edge's streams on a host link and route each to its instance's endpoint."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, Final, cast
+
+import trio
+
+from ...core import (
+    MuxStream,
+    ProtocolError,
+    Session,
+    SessionBrokenError,
+    accept_open,
+    read_open,
+    reject_open,
+    splice,
+)
+from ..adb import serve_adb
+from ..adb.device import AdbDevice
+from ..drivers import DeviceDriver, Platform, PortClosedError
+from .browser import serve_browser_stream
+from .device_api import serve_device_api
+
+log = logging.getLogger(__name__)
+
+__all__ = ["serve_streams"]
+
+_PREAMBLE_TIMEOUT_S: Final = 10.0
+
+DeviceLookup = Callable[[str], DeviceDriver | None]
+
+
+async def serve_streams(session: Session, devices: DeviceLookup) -> None:
+    """Serve every stream the edge opens until the session ends."""
+    async with trio.open_nursery() as nursery:
+        while True:
+            try:
+                stream = await session.accept_stream()
+            except (trio.EndOfChannel, SessionBrokenError):
+                return
+            nursery.start_soon(_serve_one, stream, devices)
+
+
+async def _serve_one(stream: MuxStream, devices: DeviceLookup) -> None:
+    try:
+        with trio.fail_after(_PREAMBLE_TIMEOUT_S):
+            request = await read_open(stream)
+        await _route(stream, request, devices)
+    except (trio.TooSlowError, ProtocolError) as exc:
+        log.info("stream %d: bad open preamble: %s", stream.stream_id, exc)
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        pass  # the edge or the device went away: nothing to answer
+    finally:
+        await trio.aclose_forcefully(stream)
+
+
+async def _route(stream: MuxStream, request: dict[str, Any], devices: DeviceLookup) -> None:
+    kind = request["kind"]
+    instance_id = str(request.get("instance_id", ""))
+    device = devices(instance_id)
+    if device is None:
+        await reject_open(stream, "not-found", f"no instance {instance_id} runs on this host")
+        return
+    platform = device.describe().platform
+    if kind == "api":
+        await accept_open(stream)
+        await serve_device_api(stream, device, request)
+    elif kind == "device-stream":
+        if not device.describe().has_screen:
+            await reject_open(stream, "bad-request", f"instance {instance_id} has no screen")
+            return
+        await accept_open(stream)
+        await serve_browser_stream(stream, device)
+    elif kind == "adb":
+        if platform is not Platform.ANDROID:
+            await reject_open(stream, "bad-request", "ADB is for Android instances")
+            return
+        await accept_open(stream)
+        await serve_adb(stream, cast(AdbDevice, device))
+    elif kind == "http":
+        port = request.get("port")
+        if not isinstance(port, int) or not 0 < port < 65536:
+            await reject_open(stream, "bad-request", f"bad device port {port!r}")
+            return
+        try:
+            target = await device.open_port(port)
+        except PortClosedError:
+            await reject_open(stream, "refused", f"nothing listens on device port {port}")
+            return
+        await accept_open(stream)
+        await splice(stream, target)
+    else:
+        await reject_open(stream, "bad-request", f"unknown stream kind {kind!r}")

@@ -1,0 +1,29 @@
+"""Asset bytes: the blob store interface and its local-directory default, signed URLs, the
+upload/download endpoint and the expiry sweep (docs/assets.md)."""
+
+from __future__ import annotations
+
+from .base import BlobNotFound, BlobStore, BlobTooLarge, WrittenBlob
+from .http import BlobEndpoint, BlobRoutes
+from .local import LocalBlobStore
+from .service import MAX_ASSET_BYTES, SWEEP_INTERVAL, URL_TTL, AssetBlobs, SignedUrls
+from .signing import BLOB_PATH_PREFIX, Operation, UrlSigner, load_signing_key
+
+__all__ = [
+    "BLOB_PATH_PREFIX",
+    "MAX_ASSET_BYTES",
+    "SWEEP_INTERVAL",
+    "URL_TTL",
+    "AssetBlobs",
+    "BlobEndpoint",
+    "BlobNotFound",
+    "BlobRoutes",
+    "BlobStore",
+    "BlobTooLarge",
+    "LocalBlobStore",
+    "Operation",
+    "SignedUrls",
+    "UrlSigner",
+    "WrittenBlob",
+    "load_signing_key",
+]

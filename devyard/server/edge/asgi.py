@@ -1,0 +1,80 @@
+"""Small raw-ASGI helpers for the edge's routes (which need no web framework).
+
+Errors have the API's shape, ``{"message": ..., "reason": ...}`` (docs/api.md), so a client
+handles a refused upgrade the same way as any other API error.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import MutableMapping
+from typing import Any
+from urllib.parse import parse_qs
+
+import trio
+
+from .asgi_stream import Send
+
+__all__ = ["bearer_token", "reject_websocket", "send_http", "send_http_error"]
+
+
+def _error_body(message: str, reason: str) -> bytes:
+    return json.dumps({"message": message, "reason": reason}).encode()
+
+
+def _error_headers(status: int, body: bytes) -> list[tuple[bytes, bytes]]:
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"cache-control", b"no-store"),
+    ]
+    if status == 401:
+        headers.append((b"www-authenticate", b"Bearer"))
+    return headers
+
+
+def bearer_token(scope: MutableMapping[str, Any], *, query: bool = False) -> str | None:
+    """The ``Authorization: Bearer`` credential, else (with *query*) the ``token`` parameter."""
+    for name, value in scope.get("headers", []):
+        if bytes(name).lower() == b"authorization":
+            scheme, _, credential = bytes(value).decode("latin-1").partition(" ")
+            if scheme.lower() == "bearer" and credential.strip():
+                return credential.strip()
+    if query:
+        params = parse_qs(bytes(scope.get("query_string", b"")).decode("latin-1"))
+        values = params.get("token")
+        if values and values[0]:
+            return values[0]
+    return None
+
+
+async def reject_websocket(
+    scope: MutableMapping[str, Any], send: Send, status: int, message: str, reason: str
+) -> None:
+    """Refuse an upgrade with an HTTP response (ASGI websocket.http.response), else close."""
+    if "websocket.http.response" in scope.get("extensions", {}):
+        body = _error_body(message, reason)
+        await send(
+            {
+                "type": "websocket.http.response.start",
+                "status": status,
+                "headers": _error_headers(status, body),
+            }
+        )
+        await send({"type": "websocket.http.response.body", "body": body})
+    else:
+        await send({"type": "websocket.close", "code": 1008})
+
+
+async def send_http(
+    send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]]
+) -> None:
+    """A whole HTTP response; shielded, as Hypercorn closes connections inside ``send``."""
+    with trio.CancelScope(shield=True):
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+async def send_http_error(send: Send, status: int, message: str, reason: str) -> None:
+    body = _error_body(message, reason)
+    await send_http(send, status, body, _error_headers(status, body))

@@ -1,0 +1,271 @@
+"""The per-instance endpoints: ``/v1/instances/{id}/...``, carried over the host link.
+
+Every URL of an instance's ``status`` lands here (docs/instances.md "Per-instance
+endpoints"). The gateway checks the caller's token with the `InstanceDirectory` (the instances
+service) *before* anything else happens — a WebSocket is refused with an HTTP error before the
+upgrade — opens a stream of the matching kind to the instance's host (`Edge.open_instance_stream`,
+docs/protocol.md 6) and carries the request over it:
+
+    api/...    HTTP, instance token (bearer)   -> ``api`` stream: the device API
+    watch      HTTP GET, token in the query   -> the viewer page (served here)
+    endpoint   WebSocket, token or ?token=    -> ``device-stream``: the browser stream, relayed
+    adb        WebSocket, instance token      -> ``adb``: ADB bytes, spliced
+
+The stream token opens only ``watch`` and ``endpoint``. Traffic counts as activity: each HTTP
+request, and every ``_TOUCH_EVERY_S`` while a WebSocket is open.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import logging
+from collections.abc import MutableMapping
+from typing import Any, Final
+
+import trio
+
+from ...core import (
+    MuxStream,
+    OpenError,
+    RelayChannel,
+    RemoteProtocolError,
+    receive_message,
+    splice,
+)
+from ..hosts import HostUnavailableError, InstanceAccess, InstanceAccessError, InstanceDirectory
+from .asgi import bearer_token, reject_websocket, send_http, send_http_error
+from .asgi_stream import ASGIWebSocketStream, Receive, Send
+from .links import Edge
+
+log = logging.getLogger(__name__)
+
+__all__ = ["INSTANCES_PREFIX", "InstanceGateway"]
+
+INSTANCES_PREFIX: Final = "/v1/instances/"
+_TOUCH_EVERY_S: Final = 10.0
+_CHUNK: Final = 256 * 1024
+_FULL_TOKEN_ONLY: Final = frozenset({"api", "adb"})
+_VIEWER_HEADERS: Final = [
+    (b"content-type", b"text/html; charset=utf-8"),
+    (b"cache-control", b"no-store"),
+    (b"referrer-policy", b"no-referrer"),  # the page's URL carries the stream token
+    (
+        b"content-security-policy",
+        b"default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+        b"img-src blob: data:; connect-src 'self' ws: wss:",
+    ),
+]
+
+
+def _viewer_page() -> bytes:
+    return importlib.resources.files(__package__).joinpath("viewer.html").read_bytes()
+
+
+class _Refused(Exception):
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+
+class InstanceGateway:
+    """Raw ASGI app for the ``/v1/instances/`` prefix (HTTP and WebSocket)."""
+
+    def __init__(self, edge: Edge, directory: InstanceDirectory) -> None:
+        self.edge = edge
+        self.directory = directory
+        self._viewer = _viewer_page()
+
+    def __repr__(self) -> str:
+        return f"InstanceGateway({self.edge!r})"
+
+    async def __call__(self, scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            await self._websocket(scope, receive, send)
+        elif scope["type"] == "http":
+            await self._http(scope, receive, send)
+
+    async def _admit(self, scope: MutableMapping[str, Any]) -> tuple[InstanceAccess, str, str]:
+        """(access, endpoint, rest of the path) or _Refused."""
+        path = str(scope["path"])[len(INSTANCES_PREFIX) :]
+        instance_id, _, tail = path.partition("/")
+        endpoint, _, rest = tail.partition("/")
+        if not instance_id or not endpoint:
+            raise _Refused(404, "not_found", f"no such endpoint {scope['path']}")
+        token = bearer_token(scope, query=True)
+        if token is None:
+            raise _Refused(
+                401,
+                "unauthorized",
+                "an instance token is required (Authorization: Bearer, or ?token=)",
+            )
+        try:
+            access = await self.directory.authorize(instance_id, token)
+        except InstanceAccessError as exc:
+            raise _Refused(exc.status, exc.reason, exc.message) from None
+        if access.stream_only and endpoint in _FULL_TOKEN_ONLY:
+            raise _Refused(403, "forbidden", f"the stream token does not open {endpoint}")
+        self.directory.touch(access.instance_id)
+        return access, endpoint, rest
+
+    async def _open(self, access: InstanceAccess, kind: str, **fields: Any) -> MuxStream:
+        try:
+            return await self.edge.open_instance_stream(
+                access.host_id, kind, access.instance_id, **fields
+            )
+        except HostUnavailableError as exc:
+            raise _Refused(503, "host_unavailable", f"the instance's host: {exc}") from None
+        except OpenError as exc:
+            status = 410 if exc.code == "not-found" else 400 if exc.code == "bad-request" else 502
+            raise _Refused(status, exc.code.replace("-", "_"), exc.message) from None
+
+    # ---- HTTP -----------------------------------------------------------------------------
+
+    async def _http(self, scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
+        try:
+            access, endpoint, rest = await self._admit(scope)
+            if endpoint == "watch":
+                if scope["method"] not in ("GET", "HEAD"):
+                    raise _Refused(405, "method_not_allowed", "the viewer page takes GET")
+                await send_http(send, 200, self._viewer, _VIEWER_HEADERS)
+                return
+            if endpoint != "api":
+                raise _Refused(404, "not_found", f"no such endpoint {scope['path']}")
+            stream = await self._open(
+                access,
+                "api",
+                method=scope["method"],
+                path="/" + rest,
+                query=bytes(scope.get("query_string", b"")).decode("latin-1"),
+                content_type=_header(scope, b"content-type"),
+            )
+        except _Refused as refused:
+            await send_http_error(send, refused.status, refused.message, refused.reason)
+            return
+        await _proxy_api(stream, receive, send)
+
+    # ---- WebSocket ------------------------------------------------------------------------
+
+    async def _websocket(
+        self, scope: MutableMapping[str, Any], receive: Receive, send: Send
+    ) -> None:
+        first = await receive()
+        if first.get("type") != "websocket.connect":
+            return
+        try:
+            access, endpoint, _ = await self._admit(scope)
+            if endpoint == "endpoint":
+                stream = await self._open(access, "device-stream")
+            elif endpoint == "adb":
+                if access.platform != "android":
+                    raise _Refused(400, "bad_request", "ADB is for Android instances")
+                stream = await self._open(access, "adb")
+            else:
+                raise _Refused(404, "not_found", f"no WebSocket endpoint {scope['path']}")
+        except _Refused as refused:
+            await reject_websocket(scope, send, refused.status, refused.message, refused.reason)
+            return
+        await send({"type": "websocket.accept"})
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._keep_touching, access.instance_id)
+            try:
+                if endpoint == "endpoint":
+                    await _relay(stream, receive, send)
+                else:
+                    await splice(ASGIWebSocketStream(receive, send), stream)
+            finally:
+                nursery.cancel_scope.cancel()
+
+    async def _keep_touching(self, instance_id: str) -> None:
+        while True:
+            await trio.sleep(_TOUCH_EVERY_S)
+            self.directory.touch(instance_id)
+
+
+def _header(scope: MutableMapping[str, Any], name: bytes) -> str:
+    for key, value in scope.get("headers", []):
+        if bytes(key).lower() == name:
+            return bytes(value).decode("latin-1")
+    return ""
+
+
+async def _proxy_api(stream: MuxStream, receive: Receive, send: Send) -> None:
+    """The request body to the host while its response comes back (either may come first)."""
+
+    async def pump_body(cancel: trio.CancelScope) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                cancel.cancel()  # the client is gone: so is the request
+                return
+            body = message.get("body", b"")
+            if body:
+                await stream.send_all(body)
+            if not message.get("more_body", False):
+                await stream.send_eof()
+                return
+
+    started = False
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(pump_body, nursery.cancel_scope)
+            head = await receive_message(stream)
+            status, content_type = int(head["status"]), str(head["content_type"])
+            with trio.CancelScope(shield=True):
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": status,
+                        "headers": [
+                            (b"content-type", content_type.encode("latin-1")),
+                            (b"cache-control", b"no-store"),
+                        ],
+                    }
+                )
+            started = True
+            while data := await stream.receive_some(_CHUNK):
+                await send({"type": "http.response.body", "body": data, "more_body": True})
+            with trio.CancelScope(shield=True):
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            nursery.cancel_scope.cancel()
+    except (RemoteProtocolError, KeyError, ValueError, trio.BrokenResourceError) as exc:
+        log.warning("device API response broke off: %s", exc)
+        if not started:
+            await send_http_error(send, 502, "the device API answer broke off", "bad_gateway")
+    finally:
+        await trio.aclose_forcefully(stream)
+
+
+async def _relay(stream: MuxStream, receive: Receive, send: Send) -> None:
+    """Browser WebSocket messages <-> relay messages on the host stream, until either ends."""
+    channel = RelayChannel(stream)
+
+    async def upstream(cancel: trio.CancelScope) -> None:
+        while True:
+            message = await receive()
+            if message["type"] != "websocket.receive":
+                break
+            text, data = message.get("text"), message.get("bytes")
+            await channel.send(text if text is not None else bytes(data or b""))
+        cancel.cancel()
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(upstream, nursery.cancel_scope)
+            while True:
+                try:
+                    message = await channel.receive()
+                except trio.EndOfChannel:
+                    break
+                if isinstance(message, str):
+                    await send({"type": "websocket.send", "text": message})
+                else:
+                    await send({"type": "websocket.send", "bytes": message})
+            nursery.cancel_scope.cancel()
+        with trio.move_on_after(2.0, shield=True):
+            await send({"type": "websocket.close", "code": 1000})
+    except (RemoteProtocolError, trio.BrokenResourceError, OSError) as exc:
+        log.info("browser stream ended: %s", exc)
+    finally:
+        await trio.aclose_forcefully(stream)
