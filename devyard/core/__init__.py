@@ -17,10 +17,10 @@ from ._errors import (
     StreamResetError,
 )
 from .backoff import Backoff
+from .channel import ControlChannel, MessageChannel, RelayChannel
 from .config import DEFAULT_CONFIG, SessionConfig
 from .frames import Flag, Frame, FrameType, GoAwayCode
 from .preamble import (
-    ControlChannel,
     accept_open,
     read_open,
     receive_message,
@@ -29,7 +29,6 @@ from .preamble import (
     send_message,
 )
 from .relay import RelayDecoder, encode_relay
-from .relay_channel import RelayChannel
 from .session import Session, SessionStatistics, open_session
 from .splice import SpliceResult, splice
 from .state import StreamState
@@ -45,6 +44,7 @@ __all__ = [
     "FrameType",
     "GoAwayCode",
     "LocalProtocolError",
+    "MessageChannel",
     "MessageStream",
     "MuxError",
     "MuxStream",

@@ -13,7 +13,6 @@ import trio
 from ._errors import OpenError, RemoteProtocolError
 from .messages import (
     LENGTH_SIZE,
-    MessageDecoder,
     decode_length,
     decode_message_body,
     encode_message,
@@ -22,7 +21,6 @@ from .messages import (
 )
 
 __all__ = [
-    "ControlChannel",
     "accept_open",
     "read_open",
     "receive_message",
@@ -82,29 +80,3 @@ async def reject_open(
     stream: trio.abc.Stream, code: str, message: str = "", *, retry_after_s: float | None = None
 ) -> None:
     await send_message(stream, error_reply(code, message, retry_after_s=retry_after_s))
-
-
-class ControlChannel:
-    """A stream that carries only messages: `send()` / `receive()`, EOF as EndOfChannel."""
-
-    def __init__(self, stream: trio.abc.Stream) -> None:
-        self.stream = stream
-        self._decoder = MessageDecoder()
-        self._pending: list[dict[str, Any]] = []
-        self._send_lock = trio.StrictFIFOLock()
-
-    async def send(self, message: dict[str, Any]) -> None:
-        async with self._send_lock:
-            await send_message(self.stream, message)
-
-    async def receive(self) -> dict[str, Any]:
-        while not self._pending:
-            data = await self.stream.receive_some()
-            if not data:
-                self._decoder.feed_eof()
-                raise trio.EndOfChannel
-            self._pending.extend(self._decoder.feed(data))
-        return self._pending.pop(0)
-
-    async def aclose(self) -> None:
-        await self.stream.aclose()
