@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 import json
 import random
-from collections.abc import Mapping
+from collections.abc import AsyncIterable, Awaitable, Callable, Mapping
 from typing import Any, Final
 from urllib.parse import quote
 
@@ -27,6 +27,7 @@ from .. import __version__
 from ._errors import ResponseError, TransportError, error_for_status
 from .models import (
     ApiKey,
+    Asset,
     CreatedApiKey,
     Member,
     Organization,
@@ -262,6 +263,70 @@ class AsyncClient:
     async def revoke_api_key(self, org_id: str, key_id: str) -> ApiKey:
         path = f"/organizations/{_segment(org_id)}/apiKeys/{_segment(key_id)}"
         return ApiKey.from_json(await self.request("DELETE", path))
+
+    # -- assets (spec 2.4; docs/assets.md) ---------------------------------------------------------
+
+    async def upsert_asset(
+        self, name: str, *, os: str | None = None, ttl: int | None = None
+    ) -> Asset:
+        body: dict[str, Any] = {"name": name}
+        if os is not None:
+            body["os"] = os
+        if ttl is not None:
+            body["ttl"] = ttl
+        return Asset.from_json(await self.request("PUT", "/v1/assets", body=body))
+
+    async def list_assets(
+        self,
+        *,
+        name: str | None = None,
+        name_prefix: str | None = None,
+        include_download_url: bool = False,
+        include_upload_url: bool = False,
+        limit: int = 50,
+    ) -> list[Asset]:
+        params = {
+            "includeDownloadUrl": "true" if include_download_url else "false",
+            "includeUploadUrl": "true" if include_upload_url else "false",
+            "limit": str(limit),
+        }
+        if name is not None:
+            params["nameFilter"] = name
+        if name_prefix is not None:
+            params["namePrefixFilter"] = name_prefix
+        return parse_list(await self.request("GET", "/v1/assets", params=params), Asset.from_json)
+
+    async def get_asset(self, asset_id: str, *, include_download_url: bool = False) -> Asset:
+        params = {"includeDownloadUrl": "true" if include_download_url else "false"}
+        path = f"/v1/assets/{_segment(asset_id)}"
+        return Asset.from_json(await self.request("GET", path, params=params))
+
+    async def delete_asset(self, asset_id: str) -> Asset:
+        return Asset.from_json(await self.request("DELETE", f"/v1/assets/{_segment(asset_id)}"))
+
+    async def upload_signed(self, url: str, chunks: AsyncIterable[bytes], size: int) -> object:
+        """PUT *chunks* (*size* bytes in all) to a signed upload URL, without the API key and
+        without retries (a stream cannot be replayed); the decoded JSON answer."""
+        headers = {"Content-Type": "application/octet-stream", "Content-Length": str(size)}
+        async with httpx.AsyncClient(timeout=self._http.timeout) as http:
+            try:
+                response = await http.put(url, content=chunks, headers=headers)
+            except httpx.TransportError as exc:
+                raise TransportError(f"PUT {url.partition('?')[0]}: {exc!r}") from exc
+            return _decode(response)
+
+    async def download_signed(self, url: str, sink: Callable[[bytes], Awaitable[None]]) -> None:
+        """GET a signed download URL, without the API key, handing each chunk to *sink*."""
+        async with httpx.AsyncClient(timeout=self._http.timeout) as http:
+            try:
+                async with http.stream("GET", url) as response:
+                    if not response.is_success:
+                        await response.aread()
+                        _decode(response)
+                    async for chunk in response.aiter_bytes():
+                        await sink(chunk)
+            except httpx.TransportError as exc:
+                raise TransportError(f"GET {url.partition('?')[0]}: {exc!r}") from exc
 
 
 def _decode(response: httpx.Response) -> object:

@@ -18,6 +18,7 @@ from ._errors import ResponseError
 
 __all__ = [
     "ApiKey",
+    "Asset",
     "CreatedApiKey",
     "Member",
     "Organization",
@@ -223,3 +224,30 @@ class Plan:
             name=_get(d, "name", str, "Plan"),
             description=_get(d, "description", str, "Plan"),
         )
+
+
+@attrs.frozen
+class Asset:
+    """An asset (spec 2.4); ``md5`` once bytes were uploaded, URLs when asked for."""
+
+    id: str
+    name: str
+    os: str | None
+    md5: str | None
+    size: int | None
+    signed_upload_url: str | None
+    signed_download_url: str | None
+
+    @classmethod
+    def from_json(cls, data: object) -> Asset:
+        d = _obj(data, "Asset")
+        fields: dict[str, Any] = {}
+        for key, attr, kind in (
+            ("os", "os", str),
+            ("md5", "md5", str),
+            ("size", "size", int),
+            ("signedUploadUrl", "signed_upload_url", str),
+            ("signedDownloadUrl", "signed_download_url", str),
+        ):
+            fields[attr] = None if d.get(key) is None else _get(d, key, kind, "Asset")
+        return cls(id=_get(d, "id", str, "Asset"), name=_get(d, "name", str, "Asset"), **fields)
