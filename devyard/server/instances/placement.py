@@ -13,6 +13,9 @@ Order of decisions:
 
 Hosts of a region that the config does not list are still used (a region is known by its
 hosts too); only coordinates and networks come from the config.
+
+Before any of this, `check_model` admits the device model: the iOS models are the spec's four,
+and ``iphone-duo`` only for an organization that has it enabled (``iphone_duo_enabled``).
 """
 
 from __future__ import annotations
@@ -27,18 +30,23 @@ import attrs
 from ..hosts import HostInfo
 
 __all__ = [
+    "IOS_MODELS",
     "ClientLocation",
+    "ModelNotAllowed",
     "NoCapacity",
     "Placement",
     "PlacementRequest",
     "RegionInfo",
     "UnknownPlacement",
+    "check_model",
     "place",
     "preferred_region",
 ]
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 _EARTH_KM: Final = 6371.0
+IOS_MODELS: Final = ("iphone", "iphone-duo", "ipad", "watch")
+IPHONE_DUO: Final = "iphone-duo"
 
 
 @attrs.frozen
@@ -81,6 +89,27 @@ class UnknownPlacement(ValueError):
 
 class NoCapacity(Exception):
     """No connected host can take the instance now."""
+
+
+class ModelNotAllowed(ValueError):
+    """``spec.model`` names a model this platform lacks, or one the organization may not use."""
+
+    field = "spec.model"
+
+
+def check_model(platform: str, model: str | None, *, iphone_duo_enabled: bool) -> None:
+    """Admits ``spec.model`` (None = the platform's default). Raises ModelNotAllowed."""
+    if platform != "ios" or model is None:
+        return  # the Android models are the drivers' to judge; xcode/gradle have none
+    if model not in IOS_MODELS:
+        raise ModelNotAllowed(
+            f"spec.model: {model!r} is not an iOS model (one of {', '.join(IOS_MODELS)})"
+        )
+    if model == IPHONE_DUO and not iphone_duo_enabled:
+        raise ModelNotAllowed(
+            "spec.model: iphone-duo is not enabled for this organization"
+            " (an admin sets iphoneDuoEnabled in the organization's settings)"
+        )
 
 
 def _distance_km(a: ClientLocation, region: RegionInfo) -> float:

@@ -113,14 +113,12 @@ def _placement_request(new: NewInstance) -> PlacementRequest:
 
 def normalise_spec(spec: dict[str, Any], organization: Organization) -> dict[str, Any]:
     """The spec as stored and echoed: timeouts parsed (InvalidDuration names the field) and
-    written back normalised, the inactivity default filled from the organization."""
+    written back normalised, the inactivity default filled from the organization (also for
+    ``0``, as the SDKs document it: an instance always has an inactivity timeout)."""
     out = dict(spec)
     inactivity = out.get("inactivityTimeout")
-    seconds = (
-        organization.settings.inactivity_timeout_s
-        if inactivity is None
-        else parse_duration("spec.inactivityTimeout", inactivity)
-    )
+    seconds = 0 if inactivity is None else parse_duration("spec.inactivityTimeout", inactivity)
+    seconds = seconds or organization.settings.inactivity_timeout_s
     out["inactivityTimeout"] = format_duration(seconds)
     out["hardTimeout"] = format_duration(
         parse_duration("spec.hardTimeout", out.get("hardTimeout", "0"))

@@ -381,11 +381,13 @@ class Store(Protocol):
         *,
         labels: dict[str, str] | None = None,
         states: frozenset[InstanceState] | None = None,
+        region: str | None = None,
         limit: int = 50,
         starting_after: str | None = None,
         ending_before: str | None = None,
     ) -> list[Instance]:
-        """One page in id order; every label in ``labels`` must match."""
+        """One page in id order; every label in ``labels`` must match, and the region
+        when given."""
 
     async def find_live_instance(
         self, org_id: str, platform: Platform, region: str, labels: dict[str, str]

@@ -171,12 +171,16 @@ class SqlInstances:
         *,
         labels: dict[str, str] | None = None,
         states: frozenset[InstanceState] | None = None,
+        region: str | None = None,
         limit: int = 50,
         starting_after: str | None = None,
         ending_before: str | None = None,
     ) -> list[Instance]:
         params: dict[str, object] = {"org_id": org_id, "platform": platform, "limit": limit}
         sql = _SELECT + " WHERE org_id = :org_id AND platform = :platform"
+        if region is not None:
+            sql += " AND region = :region"
+            params["region"] = region
         for i, (key, value) in enumerate(sorted((labels or {}).items())):
             params[f"lk{i}"], params[f"lv{i}"] = key, value
             sql += (

@@ -3,6 +3,7 @@ recording registry standing in for the edge at the documented seam (hosts.py).""
 
 from __future__ import annotations
 
+import attrs
 import pytest
 import trio
 from quart.typing import TestClientProtocol as Client
@@ -126,10 +127,12 @@ async def test_wait_returns_at_ready_or_before_the_client_gives_up(
         )
     assert (await response.get_json())["status"]["state"] == "ready"
     # Nobody reports ready: the answer comes before the client's announced timeout.
-    headers = {**callers.member.headers, "X-Stainless-Timeout": "5.5"}
-    with trio.fail_after(5):
-        response = await client.post("/v1/ios_instances?wait=true", json={}, headers=headers)
-    assert (await response.get_json())["status"]["state"] == "assigned"
+    # The TypeScript SDK announces X-Stainless-Timeout, the Python SDK its read timeout.
+    for header in ("X-Stainless-Timeout", "x-stainless-read-timeout"):
+        headers = {**callers.member.headers, header: "5.5"}
+        with trio.fail_after(5):
+            response = await client.post("/v1/ios_instances?wait=true", json={}, headers=headers)
+        assert (await response.get_json())["status"]["state"] == "assigned"
 
 
 async def test_reuse_if_exists(client: Client, callers: Callers) -> None:
@@ -192,3 +195,64 @@ async def test_bad_input_names_the_field(client: Client, callers: Callers) -> No
         "/v1/android_instances", json={"spec": {"region": "mars"}}, headers=h
     )
     await assert_api_error(response, 422, "spec.region")
+
+
+async def test_what_the_sdk_models_expect(client: Client, callers: Callers) -> None:
+    """limrun-api's models require ``spec.region``; its pages take their cursor from ``id``;
+    its docs say inactivityTimeout ``0`` is the organization's default."""
+    created = await _create(client, callers, spec={"inactivityTimeout": "0", "hardTimeout": "0s"})
+    assert created["id"] == created["metadata"]["id"]
+    assert created["spec"]["region"] == "local"
+    assert (created["spec"]["inactivityTimeout"], created["spec"]["hardTimeout"]) == ("10m", "0")
+    pinned = await _create(client, callers, spec={"region": "local"})
+    assert pinned["spec"]["region"] == "local"
+
+
+async def test_list_filters_the_sdk_sends(
+    store: Store, client: Client, callers: Callers, service: InstanceService
+) -> None:
+    """``region`` filters (the SDK has the parameter); ``unknown`` is a state that matches
+    nothing rather than a 400."""
+    ids = [(await _create(client, callers))["metadata"]["id"] for _ in range(2)]
+    h = callers.viewer.headers
+
+    async def ids_of(query: str) -> list[str]:
+        response = await client.get(f"/v1/android_instances?{query}", headers=h)
+        assert response.status_code == 200, await response.get_data()
+        return [i["metadata"]["id"] for i in (await response.get_json())["items"]]
+
+    assert await ids_of("region=local") == ids
+    assert await ids_of("region=elsewhere") == []
+    assert await ids_of("state=unknown") == []
+    assert await ids_of("state=unknown,assigned") == ids
+    assert await ids_of(f"region=local&limit=1&startingAfter={ids[0]}") == ids[1:]
+    await assert_api_error(
+        await client.get("/v1/android_instances?region=Not_A_Region", headers=h), 400, "region"
+    )
+
+
+async def test_ios_models_and_iphone_duo_only_where_enabled(
+    store: Store, client: Client, callers: Callers, registry: RecordingRegistry
+) -> None:
+    h = callers.member.headers
+    for model in ("iphone", "ipad", "watch"):
+        created = await _create(client, callers, "ios", spec={"model": model})
+        assert created["spec"]["model"] == model
+    response = await client.post(
+        "/v1/ios_instances", json={"spec": {"model": "iphone-duo"}}, headers=h
+    )
+    body = await assert_api_error(response, 422, "iphone-duo is not enabled")
+    assert body["reason"] == "model_not_allowed"
+    response = await client.post("/v1/ios_instances", json={"spec": {"model": "pager"}}, headers=h)
+    await assert_api_error(response, 422, "spec.model")
+    assert len(registry.started) == 3, "a refused model never reaches a host"
+
+    org = await store.get_organization(callers.member.org_id)
+    await store.update_organization(
+        org.id, settings=attrs.evolve(org.settings, iphone_duo_enabled=True)
+    )
+    duo = await _create(client, callers, "ios", spec={"model": "iphone-duo"})
+    assert registry.started[-1][1].model == "iphone-duo"
+    assert duo["spec"]["model"] == "iphone-duo"
+    android = await _create(client, callers, "android", spec={"model": "pixel"})
+    assert android["spec"]["model"] == "pixel", "Android models are the drivers' to judge"

@@ -21,8 +21,10 @@ from devyard.server.instances import (
 )
 from devyard.server.instances.placement import (
     ClientLocation,
+    ModelNotAllowed,
     PlacementRequest,
     RegionInfo,
+    check_model,
     place,
     preferred_region,
 )
@@ -137,3 +139,16 @@ def test_full_region_falls_back_unless_pinned() -> None:
 
 def test_preferred_region_with_nothing_known_is_home() -> None:
     assert preferred_region((), (), PlacementRequest(platform="ios"), home="local") == "local"
+
+
+def test_check_model_admits_the_ios_models_and_duo_only_when_enabled() -> None:
+    for model in (None, "iphone", "ipad", "watch"):
+        check_model("ios", model, iphone_duo_enabled=False)
+    check_model("ios", "iphone-duo", iphone_duo_enabled=True)
+    with pytest.raises(ModelNotAllowed, match="not enabled for this organization"):
+        check_model("ios", "iphone-duo", iphone_duo_enabled=False)
+    with pytest.raises(ModelNotAllowed, match="not an iOS model") as exc:
+        check_model("ios", "pixel", iphone_duo_enabled=True)
+    assert exc.value.field == "spec.model"
+    check_model("android", "pixel", iphone_duo_enabled=False)  # the drivers judge Android's
+    check_model("xcode", None, iphone_duo_enabled=False)

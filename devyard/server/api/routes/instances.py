@@ -13,6 +13,7 @@ import trio
 from quart import Blueprint, Response, jsonify, request
 
 from ...instances import DurationTooLong, InvalidDuration, NewInstance, NoCapacity, UnknownPlacement
+from ...instances.placement import ModelNotAllowed, check_model
 from ...store import errors as store_errors
 from ...store.base import Instance, InstanceState, Platform, Role
 from .._errors import BadRequest, Conflict, NotFound, Unprocessable
@@ -27,7 +28,10 @@ blueprint = Blueprint("instances", __name__)
 MAX_PAGE: Final = 500
 MAX_WAIT: Final = 270.0  # under the 5-minute default timeout of the spec's clients
 WAIT_MARGIN: Final = 5.0  # answer this long before the client's announced timeout
-_TIMEOUT_HEADER: Final = "X-Stainless-Timeout"  # seconds; sent by the generated SDKs
+# Seconds the client will wait, as the generated SDKs announce it: the Python SDK sends its
+# read timeout (``x-stainless-read-timeout: 300.0``), the TypeScript SDK ``X-Stainless-Timeout``.
+_UNKNOWN_STATE: Final = "unknown"
+_TIMEOUT_HEADERS: Final = ("X-Stainless-Read-Timeout", "X-Stainless-Timeout")
 
 
 def _can_control(caller: Principal) -> bool:
@@ -69,7 +73,11 @@ def instance_view(instance: Instance, *, base_url: str, show_tokens: bool) -> di
         status["streamToken"] = instance.stream_token
     if instance.state is InstanceState.READY:
         status.update(_urls(instance, base_url))
-    return {"metadata": metadata, "spec": instance.spec, "status": status}
+    # The spec as stored, plus the region that handles it (the SDKs' models require
+    # ``spec.region``: the pinned region, or where placement put the instance).
+    spec = {**instance.spec, "region": instance.region}
+    # ``id`` also at the top: the SDKs' list pages take the next cursor from ``item.id``.
+    return {"id": instance.id, "metadata": metadata, "spec": spec, "status": status}
 
 
 def _base_url() -> str:
@@ -88,13 +96,16 @@ def _platform() -> Platform:
 
 
 def _wait_budget() -> float:
-    announced = request.headers.get(_TIMEOUT_HEADER)
-    try:
-        seconds = float(announced) if announced is not None else math.inf
-    except ValueError:
-        seconds = math.inf
-    if not math.isfinite(seconds):
-        seconds = math.inf
+    """Seconds a ``wait=true`` create may wait: under the shortest announced client timeout."""
+    seconds = math.inf
+    for name in _TIMEOUT_HEADERS:
+        announced = request.headers.get(name)
+        try:
+            value = float(announced) if announced is not None else math.inf
+        except ValueError:
+            value = math.inf
+        if math.isfinite(value):
+            seconds = min(seconds, value)
     return max(0.0, min(MAX_WAIT, seconds - WAIT_MARGIN))
 
 
@@ -121,6 +132,11 @@ async def create_instance() -> Response:
     )
     service = state().instances
     try:
+        check_model(
+            new.platform.value,
+            new.spec.get("model"),
+            iphone_duo_enabled=caller.organization.settings.iphone_duo_enabled,
+        )
         instance = await service.create(
             caller.organization, new, reuse=bool(params()["reuseIfExists"])
         )
@@ -130,6 +146,8 @@ async def create_instance() -> Response:
         raise BadRequest(str(exc), reason="invalid_body") from exc
     except UnknownPlacement as exc:
         raise Unprocessable(str(exc), reason="unknown_region") from exc
+    except ModelNotAllowed as exc:
+        raise Unprocessable(str(exc), reason="model_not_allowed") from exc
     except NoCapacity as exc:
         # 409, not 503: the server is fine, the fleet is full (clients retry 409 with backoff).
         raise Conflict(str(exc), reason="no_capacity") from exc
@@ -155,18 +173,27 @@ async def list_instances() -> Response:
     query = params()
     limit = min(MAX_PAGE, int(query["limit"]))  # type: ignore[call-overload]
     states_text = query.get("state")
+    # ``unknown`` is a state the SDKs may filter on; no stored instance is ever in it.
     states = (
-        frozenset(InstanceState(s) for s in str(states_text).split(",")) if states_text else None
+        frozenset(InstanceState(s) for s in str(states_text).split(",") if s != _UNKNOWN_STATE)
+        if states_text
+        else None
     )
     after, before = query.get("startingAfter"), query.get("endingBefore")
-    found = await state().instances.store.list_instances(
-        caller.org_id,
-        _platform(),
-        labels=_selector(query.get("labelSelector")),  # type: ignore[arg-type]
-        states=states,
-        limit=limit + 1,
-        starting_after=None if after is None else str(after),
-        ending_before=None if before is None else str(before),
+    region = query.get("region")
+    found = (
+        []
+        if states is not None and not states
+        else await state().instances.store.list_instances(
+            caller.org_id,
+            _platform(),
+            labels=_selector(query.get("labelSelector")),  # type: ignore[arg-type]
+            states=states,
+            region=None if region is None else str(region),
+            limit=limit + 1,
+            starting_after=None if after is None else str(after),
+            ending_before=None if before is None else str(before),
+        )
     )
     has_more = len(found) > limit
     if has_more:
