@@ -427,4 +427,7 @@ async def serve_connector(
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         return _describe(exc.exceptions[0])
-    return str(exc) or type(exc).__name__
+    if str(exc):
+        return str(exc)
+    reason = exc.__cause__ or exc.__context__
+    return type(exc).__name__ if reason is None else f"{type(exc).__name__}: {_describe(reason)}"
