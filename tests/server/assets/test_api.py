@@ -7,10 +7,12 @@ import time
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import httpx
+import trio
 
 from devyard.server.blobs import Operation, UrlSigner, load_signing_key
 
 from .conftest import Callers, Served
+from .test_blobs import eventually
 
 OCTET = {"Content-Type": "application/octet-stream"}
 
@@ -182,3 +184,33 @@ async def test_tampered_expired_and_misused_urls_are_refused(
     wrong_type = await served.http.put(upload, content=b"x", headers={"Content-Type": "text/plain"})
     assert wrong_type.status_code == 415
     assert (await served.http.post(upload, content=b"x")).status_code == 405
+
+
+async def test_an_interrupted_upload_leaves_the_previous_bytes(
+    served: Served, callers: Callers
+) -> None:
+    asset = await served.upsert(callers.member, "app.apk")
+    upload = str(asset["signedUploadUrl"])
+    assert (await served.http.put(upload, content=b"v1", headers=OCTET)).status_code == 200
+
+    parts = urlsplit(upload)
+    head = (
+        f"PUT {parts.path}?{parts.query} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
+        "Content-Type: application/octet-stream\r\nContent-Length: 50000000\r\n\r\n"
+    ).encode()
+    stream = await trio.open_tcp_stream("127.0.0.1", served.bound.port)
+    await stream.send_all(head + b"y" * 3_000_000)
+    tmp = served.config.data_dir / "blobs" / ".tmp"
+    await eventually(lambda: any(tmp.iterdir()))  # the server is writing the new bytes
+    await stream.aclose()  # the client goes away mid-upload
+    await eventually(lambda: not any(tmp.iterdir()))  # and the partial file is removed
+
+    record = await served.http.get(
+        f"{served.url}/v1/assets/{asset['id']}",
+        params={"includeDownloadUrl": "true"},
+        headers=callers.viewer.headers,
+    )
+    assert record.json()["md5"] == hashlib.md5(b"v1").hexdigest()
+    assert (await served.http.get(record.json()["signedDownloadUrl"])).content == b"v1"
+    files = [p.name for p in (served.config.data_dir / "blobs").iterdir() if p.is_file()]
+    assert len(files) == 1
