@@ -27,12 +27,16 @@ EXIT_INTERRUPTED: Final = 130
 
 
 async def _watch_signals(
-    receiver: AsyncIterator[int], shutdown: trio.Event, stop_now: trio.CancelScope
+    receiver: AsyncIterator[int],
+    shutdown: trio.Event,
+    forced: trio.Event,
+    stop_now: trio.CancelScope,
 ) -> None:
     async for signum in receiver:
         name = signal.Signals(signum).name
         if shutdown.is_set():
             log.warning("%s again: stopping now", name)
+            forced.set()
             stop_now.cancel()
             return
         log.info("%s: draining (a second signal stops at once)", name)
@@ -47,11 +51,12 @@ async def run_connector(
 ) -> int:
     """``devyard connector run``'s trio main; the process's exit code."""
     shutdown = trio.Event()
+    forced = trio.Event()
     metrics = Metrics()
     try:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as receiver:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(_watch_signals, receiver, shutdown, nursery.cancel_scope)
+                nursery.start_soon(_watch_signals, receiver, shutdown, forced, nursery.cancel_scope)
                 if metrics_listen is not None:
                     host, port = metrics_listen
                     await nursery.start(serve_metrics, metrics, host, port)
@@ -59,8 +64,8 @@ async def run_connector(
                     await serve_connector(config, shutdown=shutdown, metrics=metrics)
                 finally:
                     nursery.cancel_scope.cancel()
-            if nursery.cancel_scope.cancelled_caught and not shutdown.is_set():
-                return EXIT_ERROR
+        if forced.is_set():
+            return EXIT_INTERRUPTED
     except Exception as exc:
         permanent = find_permanent(exc)
         if permanent is None:
