@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
 from datetime import timedelta
 from pathlib import Path
@@ -27,7 +27,7 @@ from devyard.server.store.errors import NotFound
 from .test_store import Clock
 
 
-async def _chunks(*parts: bytes, fail_after: int | None = None) -> AsyncIterator[bytes]:
+async def _chunks(*parts: bytes, fail_after: int | None = None) -> AsyncGenerator[bytes, None]:
     for i, part in enumerate(parts):
         if fail_after is not None and i == fail_after:
             raise ConnectionResetError("client went away")
@@ -76,10 +76,9 @@ async def test_a_failed_a_cancelled_or_a_too_large_write_leaves_nothing(tmp_path
         with pytest.raises(BlobTooLarge):
             await blobs.write("new", chunks, max_size=1_000_000)
 
-    async def forever() -> AsyncIterator[bytes]:
+    async def forever() -> AsyncGenerator[bytes, None]:
         yield big
         await trio.sleep_forever()
-        yield b""  # pragma: no cover
 
     async with aclosing(forever()) as chunks:
         with trio.move_on_after(0.2):
@@ -158,7 +157,7 @@ async def test_an_upload_to_a_deleted_asset_keeps_no_bytes(store: Store, tmp_pat
     org = await store.create_organization("acme")
     asset = await store.upsert_asset(org_id=org.id, name="a")
 
-    async def deleting_midway() -> AsyncIterator[bytes]:
+    async def deleting_midway() -> AsyncGenerator[bytes, None]:
         yield b"first half"
         await store.delete_asset(org.id, asset.id)
         yield b"second half"
