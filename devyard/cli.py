@@ -37,6 +37,7 @@ DEFAULT_UP_PORT: Final = 8080
 # Packages that declare subcommands with `add_commands(subparsers)`.
 _COMMAND_MODULES: Final = (
     "devyard.client.commands",
+    "devyard.client.adb_commands",
     "devyard.client.asset_commands",
     "devyard.hostd.commands",
     "devyard.connector.commands",

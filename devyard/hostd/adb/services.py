@@ -21,7 +21,7 @@ from typing import Final
 import attrs
 from trio.lowlevel import checkpoint
 
-from . import android_commands  # noqa: F401  (registers the Android commands)
+from . import android_commands, net_commands  # noqa: F401  (they register their commands)
 from ._errors import ServiceError
 from .connection import AdbConnection
 from .device import AdbDevice

@@ -327,3 +327,7 @@ class AndroidDevice(DeviceDriver, Protocol):
     async def settings_delete(self, namespace: str, key: str) -> bool: ...
 
     async def settings_list(self, namespace: str) -> dict[str, str]: ...
+
+    async def open_adb_transport(self) -> trio.abc.Stream | None:
+        """A connection to the device's own adbd (an emulator's ADB port), for the ADB bridge
+        to splice to; None when hostd must speak the device side itself (the virtual device)."""

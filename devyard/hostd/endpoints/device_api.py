@@ -5,7 +5,7 @@ The edge terminates the client's HTTP request and carries it as an ``api`` strea
 ``content_type``; after the ok reply the request body follows until EOF. The host answers with
 one message ``{"status", "content_type"}`` followed by the response body until EOF.
 
-Routes (docs/instances.md "The device API" is the user's reference):
+Routes (docs/endpoints.md is the user's reference):
 
     GET    /                 describe
     GET    /screenshot       PNG

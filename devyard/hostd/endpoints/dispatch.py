@@ -78,8 +78,13 @@ async def _route(stream: MuxStream, request: dict[str, Any], devices: DeviceLook
         if platform is not Platform.ANDROID:
             await reject_open(stream, "bad-request", "ADB is for Android instances")
             return
+        android = cast(AdbDevice, device)
+        adbd = await android.open_adb_transport()
         await accept_open(stream)
-        await serve_adb(stream, cast(AdbDevice, device))
+        if adbd is None:
+            await serve_adb(stream, android)  # the virtual device: we are its adbd
+        else:
+            await splice(stream, adbd)  # an emulator's own adbd: one bridge for both
     elif kind == "http":
         port = request.get("port")
         if not isinstance(port, int) or not 0 < port < 65536:

@@ -1,10 +1,10 @@
 """The per-instance endpoints: ``/v1/instances/{id}/...``, carried over the host link.
 
-Every URL of an instance's ``status`` lands here (docs/instances.md "Per-instance
-endpoints"). The gateway checks the caller's token with the `InstanceDirectory` (the instances
-service) *before* anything else happens — a WebSocket is refused with an HTTP error before the
-upgrade — opens a stream of the matching kind to the instance's host (`Edge.open_instance_stream`,
-docs/protocol.md 6) and carries the request over it:
+Every URL of an instance's ``status`` lands here (docs/endpoints.md). The gateway checks the
+caller's token with the `InstanceDirectory` (the instances service) *before* anything else
+happens — a WebSocket is refused with an HTTP error before the upgrade — opens a stream of
+the matching kind to the instance's host (`Edge.open_instance_stream`, docs/protocol.md 6)
+and carries the request over it:
 
     api/...    HTTP, instance token (bearer)   -> ``api`` stream: the device API
     watch      HTTP GET, token in the query   -> the viewer page (served here)

@@ -16,6 +16,7 @@ import pytest
 import trio
 
 from devyard.hostd.daemon import HostdConfig, serve_hostd
+from devyard.hostd.supervisor import Supervisor
 from devyard.server.api.serve import BoundServer
 from devyard.server.bootstrap import bootstrap_organization
 from devyard.server.config import ListenAddress, ServerConfig
@@ -28,6 +29,8 @@ class Rig:
     bound: BoundServer
     api_key: str
     client: httpx.AsyncClient
+    supervisor: Supervisor
+    api_key_file: Path
 
     @property
     def url(self) -> str:
@@ -68,16 +71,19 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
             backoff_base=0.05,
         )
         async with trio.open_nursery() as host_nursery:
-            host_nursery.start_soon(partial(serve_hostd, hostd, shutdown=shutdown))
+            supervisor = await host_nursery.start(partial(serve_hostd, hostd, shutdown=shutdown))
+            key_file = tmp_path / "api-key"
+            key_file.write_text(made.plaintext_key)
             headers = {"Authorization": f"Bearer {made.plaintext_key}"}
             async with httpx.AsyncClient(base_url=bound.local_url, headers=headers) as client:
                 with trio.fail_after(10):
                     while not (bound.hosts and bound.hosts.hosts()):  # noqa: ASYNC110
                         await trio.sleep(0.02)
-                yield Rig(bound, made.plaintext_key, client)
+                yield Rig(bound, made.plaintext_key, client, supervisor, key_file)
             shutdown.set()  # the host stops its instances and reports them while linked
             host_nursery.cancel_scope.deadline = trio.current_time() + 15
         nursery.cancel_scope.cancel()
+
 
 async def upgrade_refusal(url: str, headers: dict[str, str] | None = None) -> tuple[int, Any]:
     """Try a WebSocket upgrade with a plain socket; return the refusal's status and JSON body.

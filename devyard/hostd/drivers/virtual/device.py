@@ -437,6 +437,11 @@ class VirtualDevice:
         self._check_open()
         return await self._ports.connect(SocketKind.TCP, port)
 
+    async def open_adb_transport(self) -> None:
+        """None: hostd serves ADB for this device itself (devyard.hostd.adb)."""
+        self._check_open()
+        await trio.lowlevel.checkpoint()
+
     async def open_abstract(self, name: str) -> trio.abc.HalfCloseableStream:
         self._check_open()
         return await self._ports.connect(SocketKind.ABSTRACT, name)

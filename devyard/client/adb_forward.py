@@ -1,0 +1,153 @@
+"""The local end of ADB over WebSocket: ``devyard adb forward`` and ``devyard adb connect``.
+
+`adb connect HOST:PORT` wants a TCP port; the instance offers ``adbWebSocketUrl``. The
+forwarder listens on 127.0.0.1 and carries each local connection over its own WebSocket to
+the instance (the edge, the host link, the device: docs/adb.md).
+
+A forwarder that accepts a connection and only then finds out that the instance cannot be
+reached leaves ``adb connect`` hanging (docs/devices.md, "Pitfall"). So `check_reachable`
+opens the WebSocket once *before* the listener exists, and fails with the server's own message
+(401 wrong token, 404 unknown, 410 terminated); a later failure closes the local connection at
+once, which ``adb`` reports instead of waiting.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Final
+
+import attrs
+import trio
+import trio_websocket
+
+from ..core import splice
+from ..core.transports import open_transport
+from ._errors import DevyardError, NotFoundError
+from .client import AsyncClient
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "AdbTarget",
+    "ForwardError",
+    "check_reachable",
+    "resolve_target",
+    "serve_forward",
+    "watch_instance",
+]
+
+WATCH_INTERVAL_S: Final = 10.0
+_CHECK_TIMEOUT_S: Final = 15.0
+
+
+class ForwardError(DevyardError):
+    """The instance's ADB endpoint cannot be used; the message says why."""
+
+
+@attrs.frozen
+class AdbTarget:
+    instance_id: str
+    url: str
+    token: str = attrs.field(repr=False)
+
+    @property
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        return [(b"authorization", f"Bearer {self.token}".encode())]
+
+
+async def resolve_target(client: AsyncClient, instance_id: str) -> AdbTarget:
+    """The ADB WebSocket of a ready Android instance, or ForwardError saying what is wrong."""
+    if not instance_id.startswith("android_"):
+        raise ForwardError(f"{instance_id} is not an Android instance id (android_...)")
+    data: Any = await client.request("GET", f"/v1/android_instances/{instance_id}")
+    status = data.get("status", {}) if isinstance(data, dict) else {}
+    state = status.get("state")
+    if state != "ready":
+        why = f": {status['errorMessage']}" if status.get("errorMessage") else ""
+        raise ForwardError(f"instance {instance_id} is {state}, not ready{why}")
+    url, token = status.get("adbWebSocketUrl"), status.get("token")
+    if not url:
+        raise ForwardError(f"instance {instance_id} has no adbWebSocketUrl")
+    if not token:
+        raise ForwardError(
+            f"the API key cannot control instance {instance_id} (a read-only key or a viewer "
+            "does not get the instance token)"
+        )
+    return AdbTarget(instance_id, str(url), str(token))
+
+
+def _rejection(target: AdbTarget, exc: trio_websocket.ConnectionRejected) -> ForwardError:
+    body = (exc.body or b"").decode(errors="replace")
+    try:
+        import json  # noqa: PLC0415 - only on this error path
+
+        message = str(json.loads(body)["message"])
+    except (ValueError, KeyError, TypeError):
+        message = body.strip() or "no reason given"
+    return ForwardError(
+        f"the server refused the ADB connection to {target.instance_id} "
+        f"(HTTP {exc.status_code}): {message}"
+    )
+
+
+async def check_reachable(target: AdbTarget) -> None:
+    """Open the ADB WebSocket once and close it: ForwardError if the server refuses it."""
+    try:
+        with trio.fail_after(_CHECK_TIMEOUT_S):
+            async with open_transport(target.url, extra_headers=target.headers):
+                pass
+    except trio_websocket.ConnectionRejected as exc:
+        raise _rejection(target, exc) from None
+    except (OSError, trio_websocket.HandshakeError, trio.TooSlowError) as exc:
+        raise ForwardError(f"cannot reach {target.url}: {exc or type(exc).__name__}") from None
+
+
+async def _carry(target: AdbTarget, local: trio.SocketStream) -> None:
+    try:
+        async with open_transport(target.url, extra_headers=target.headers) as remote:
+            await splice(local, remote)
+    except trio_websocket.ConnectionRejected as exc:
+        log.warning("%s", _rejection(target, exc))
+    except (OSError, trio_websocket.HandshakeError, trio.BrokenResourceError) as exc:
+        log.warning("ADB connection to %s failed: %s", target.instance_id, exc)
+    finally:
+        await trio.aclose_forcefully(local)
+
+
+async def serve_forward(
+    target: AdbTarget,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Check the target, listen on host:port, carry every connection until cancelled.
+
+    `task_status` gets the bound port once the listener exists (after the check)."""
+    await check_reachable(target)
+    try:
+        listeners = await trio.open_tcp_listeners(port, host=host, backlog=16)
+    except OSError as exc:
+        raise ForwardError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    bound = int(listeners[0].socket.getsockname()[1])
+
+    async def handle(local: trio.SocketStream) -> None:
+        await _carry(target, local)
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(trio.serve_listeners, handle, listeners)
+        task_status.started(bound)
+
+
+async def watch_instance(client: AsyncClient, instance_id: str) -> str:
+    """Return once the instance is no longer ready (the reason, for people)."""
+    while True:
+        await trio.sleep(WATCH_INTERVAL_S)
+        try:
+            await resolve_target(client, instance_id)
+        except ForwardError as exc:
+            return str(exc)
+        except NotFoundError:
+            return f"instance {instance_id} is gone"
+        except DevyardError as exc:
+            log.info("checking %s: %s", instance_id, exc)  # a blip: keep forwarding
