@@ -37,6 +37,7 @@ __all__ = [
     "ApiKey",
     "ApiKeyCredential",
     "Asset",
+    "BucketSize",
     "Feedback",
     "FeedbackKind",
     "Instance",
@@ -47,9 +48,14 @@ __all__ = [
     "OrganizationSettings",
     "Platform",
     "Role",
+    "ScopedToken",
+    "ScopedTokenCredential",
     "Store",
     "TerminationReason",
     "Unset",
+    "UsageBucket",
+    "UsageFilter",
+    "UsageRecord",
     "User",
 ]
 
@@ -165,6 +171,73 @@ class Feedback:
     org_id: str | None
     user_id: str | None
     created_at: datetime
+
+
+@attrs.frozen
+class ScopedToken:
+    """A short-lived token limited to its scopes (docs/scoped-tokens.md). It acts in the
+    organization of the API key that minted it, for that key's user, and dies with the key.
+    Never holds the secret nor its hash."""
+
+    id: str  # "stk_..."; used to revoke
+    org_id: str
+    api_key_id: str  # the minting key
+    user_id: str  # the minting key's user
+    lookup_id: str
+    scopes: tuple[str, ...]
+    created_at: datetime
+    expires_at: datetime
+    revoked_at: datetime | None = None
+
+
+@attrs.frozen
+class ScopedTokenCredential:
+    """What authentication needs; returned only by `Store.get_scoped_token_by_lookup`."""
+
+    token: ScopedToken
+    secret_hash: str = attrs.field(repr=False)
+
+
+@attrs.frozen
+class UsageRecord:
+    """The billing row of one ended instance, written in the transaction that terminated it
+    (docs/analytics.md): started = created, billed minutes = ready to stop, rounded up."""
+
+    instance_id: str
+    org_id: str
+    platform: str
+    region: str
+    labels: dict[str, str]
+    started_at: datetime
+    stopped_at: datetime
+    billed_minutes: int
+    ready_at: datetime | None = None
+    termination_reason: str | None = None
+
+
+@attrs.frozen
+class UsageFilter:
+    """Which usage rows a query selects; every bound given applies (``None``: unbounded).
+    ``started_before`` is exclusive (the older ``to``), the others inclusive."""
+
+    started_from: datetime | None = None
+    started_until: datetime | None = None
+    started_before: datetime | None = None
+    stopped_from: datetime | None = None
+    stopped_until: datetime | None = None
+    labels: dict[str, str] = attrs.field(factory=dict)
+
+
+class BucketSize(enum.StrEnum):
+    HOUR = "hour"
+    DAY = "day"
+
+
+@attrs.frozen
+class UsageBucket:
+    start: datetime  # the bucket's first instant, UTC
+    instances: int
+    billed_minutes: int
 
 
 class Platform(enum.StrEnum):
@@ -355,6 +428,46 @@ class Store(Protocol):
 
     async def list_feedback(self, *, org_id: str | None = None) -> list[Feedback]:
         """Oldest first; all of them, or one organization's."""
+
+    # -- scoped tokens (scoped_tokens.py) --------------------------------------------------
+    async def create_scoped_token(
+        self,
+        *,
+        org_id: str,
+        api_key_id: str,
+        scopes: tuple[str, ...],
+        ttl_seconds: int,
+        lookup_id: str,
+        secret_hash: str,
+    ) -> ScopedToken:
+        """Stores a token made by `tokens.new_scoped_token()` for the user of the minting key.
+        NotFound unless that key is active in the organization."""
+
+    async def get_scoped_token(self, org_id: str, token_id: str) -> ScopedToken:
+        """Revoked and expired tokens included."""
+
+    async def get_scoped_token_by_lookup(self, lookup_id: str) -> ScopedTokenCredential:
+        """For authentication: NotFound for unknown, revoked or expired tokens, and for tokens
+        whose minting key was revoked."""
+
+    async def revoke_scoped_token(self, org_id: str, token_id: str) -> ScopedToken:
+        """Idempotent: revoking a revoked token returns it unchanged."""
+
+    # -- usage (usage.py) ------------------------------------------------------------------
+    async def list_usage(
+        self,
+        org_id: str,
+        usage_filter: UsageFilter,
+        *,
+        limit: int = 100,
+        starting_after: str | None = None,
+    ) -> list[UsageRecord]:
+        """Rows in (start, instance id) order, after the row of ``starting_after``."""
+
+    async def usage_buckets(
+        self, org_id: str, usage_filter: UsageFilter, size: BucketSize
+    ) -> list[UsageBucket]:
+        """Totals of the selected rows grouped by start time, only buckets that have rows."""
 
     # -- instances (instances.py) ----------------------------------------------------------
     async def create_instance(

@@ -31,6 +31,7 @@ class Kind(enum.StrEnum):
     USER = "usr"
     API_KEY = "key"
     FEEDBACK = "fbk"
+    SCOPED_TOKEN = "stk"  # noqa: S105 (an id prefix, not a secret)
 
 
 def _encode(value: int) -> str:

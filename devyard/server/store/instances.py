@@ -26,6 +26,7 @@ from .base import (
 from .database import Database, Dialect, Row, Tx, as_datetime
 from .errors import Conflict, NotFound
 from .ids import new_ulid
+from .usage import record_usage
 
 __all__ = ["SqlInstances", "labels_key"]
 
@@ -263,7 +264,10 @@ class SqlInstances:
                 params["reason"] = termination_reason
             sql = f"UPDATE instances SET {', '.join(sets)} WHERE id = :id"  # noqa: S608
             tx.execute(sql, params)
-            return _get(tx, instance_id, None)
+            new = _get(tx, instance_id, None)
+            if to is InstanceState.TERMINATED:
+                record_usage(tx, new, now)  # billed in the same transaction (usage.py)
+            return new
 
         return await self._db.write(transition)
 

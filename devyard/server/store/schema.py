@@ -182,4 +182,74 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
             "CREATE INDEX assets_by_expiry ON assets (expires_at)",
         ),
     ),
+    Migration(
+        4,
+        "scoped tokens (hashed, expiring, revocable) and usage records of ended instances",
+        (
+            """
+            CREATE TABLE scoped_tokens (
+                id          TEXT PRIMARY KEY,
+                org_id      TEXT NOT NULL REFERENCES organizations (id) ON DELETE CASCADE,
+                api_key_id  TEXT NOT NULL REFERENCES api_keys (id) ON DELETE CASCADE,
+                user_id     TEXT NOT NULL REFERENCES users (id) ON DELETE CASCADE,
+                lookup_id   TEXT NOT NULL UNIQUE,
+                secret_hash TEXT NOT NULL,
+                scopes      TEXT NOT NULL,
+                created_at  {timestamp} NOT NULL,
+                expires_at  {timestamp} NOT NULL,
+                revoked_at  {timestamp}
+            )
+            """,
+            "CREATE INDEX scoped_tokens_by_org ON scoped_tokens (org_id, id)",
+            "CREATE INDEX scoped_tokens_by_key ON scoped_tokens (api_key_id)",
+            """
+            CREATE TABLE usage_records (
+                instance_id        TEXT PRIMARY KEY,
+                org_id             TEXT NOT NULL REFERENCES organizations (id) ON DELETE CASCADE,
+                platform           TEXT NOT NULL,
+                region             TEXT NOT NULL,
+                labels             TEXT NOT NULL,
+                termination_reason TEXT,
+                started_at         {timestamp} NOT NULL,
+                ready_at           {timestamp},
+                stopped_at         {timestamp} NOT NULL,
+                billed_minutes     INTEGER NOT NULL CHECK (billed_minutes >= 0)
+            )
+            """,
+            "CREATE INDEX usage_records_by_start"
+            " ON usage_records (org_id, started_at, instance_id)",
+            """
+            CREATE TABLE usage_labels (
+                instance_id TEXT NOT NULL REFERENCES usage_records (instance_id) ON DELETE CASCADE,
+                key         TEXT NOT NULL,
+                value       TEXT NOT NULL,
+                PRIMARY KEY (instance_id, key)
+            )
+            """,
+            "CREATE INDEX usage_labels_by_pair ON usage_labels (key, value, instance_id)",
+        ),
+    ),
+    Migration(
+        5,
+        "tunnels: persistent tunnels, their selectors and hashed tokens",
+        (
+            """
+            CREATE TABLE tunnels (
+                id               TEXT PRIMARY KEY,
+                org_id           TEXT NOT NULL REFERENCES organizations (id) ON DELETE CASCADE,
+                name             TEXT NOT NULL,
+                selectors        TEXT NOT NULL,
+                selector_version INTEGER NOT NULL CHECK (selector_version > 0),
+                ephemeral        BOOLEAN NOT NULL DEFAULT FALSE,
+                token_lookup     TEXT NOT NULL UNIQUE,
+                token_hash       TEXT NOT NULL,
+                token_expires_at {timestamp} NOT NULL,
+                token_issued_at  {timestamp} NOT NULL,
+                created_at       {timestamp} NOT NULL,
+                UNIQUE (org_id, name)
+            )
+            """,
+            "CREATE INDEX tunnels_by_org ON tunnels (org_id, id)",
+        ),
+    ),
 )

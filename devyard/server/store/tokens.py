@@ -32,13 +32,16 @@ __all__ = [
     "NewSecret",
     "hash_secret",
     "new_api_key",
+    "new_scoped_token",
     "new_secret",
     "parse_api_key",
+    "parse_scoped_token",
     "verify_api_key",
     "verify_secret",
 ]
 
 API_KEY_PREFIX: Final = "dy"
+SCOPED_TOKEN_PREFIX: Final = "dyst"  # noqa: S105 (a prefix, not a secret)
 _BASE62: Final = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 LOOKUP_LENGTH: Final = 12  # ~71 bits: a handle, not a secret; collisions are Conflict
 SECRET_LENGTH: Final = 43  # 256 bits in base62
@@ -70,6 +73,7 @@ def _pattern(prefix: str) -> re.Pattern[str]:
 
 
 _API_KEY_RE: Final = _pattern(API_KEY_PREFIX)
+_SCOPED_TOKEN_RE: Final = _pattern(SCOPED_TOKEN_PREFIX)
 
 
 def hash_secret(plaintext: str) -> str:
@@ -92,6 +96,17 @@ def new_secret(prefix: str) -> NewSecret:
 def new_api_key() -> NewSecret:
     """A new API key, ``dy_...``."""
     return new_secret(API_KEY_PREFIX)
+
+
+def new_scoped_token() -> NewSecret:
+    """A new scoped token, ``dyst_...`` (docs/scoped-tokens.md)."""
+    return new_secret(SCOPED_TOKEN_PREFIX)
+
+
+def parse_scoped_token(plaintext: str) -> str | None:
+    """The lookup id of a well-formed scoped token, or ``None``."""
+    match = _SCOPED_TOKEN_RE.fullmatch(plaintext)
+    return match.group(1) if match else None
 
 
 def parse_api_key(plaintext: str) -> str | None:
