@@ -11,12 +11,22 @@ Keys (file key / environment variable):
     database_url        DEVYARD_DATABASE_URL        postgresql://...; unset = SQLite in data_dir
     public_url          DEVYARD_PUBLIC_URL          base URL clients use; unset = from listen
     region              DEVYARD_REGION              the region this server serves
+    regions             DEVYARD_REGIONS             regions placement knows (below; env: JSON)
     max_body_bytes      DEVYARD_MAX_BODY_BYTES      largest accepted request body
     shutdown_grace      DEVYARD_SHUTDOWN_GRACE      seconds in-flight requests get on shutdown
     [rate_limit]
     enabled             DEVYARD_RATE_LIMIT_ENABLED  per-API-key token bucket on or off
     rate                DEVYARD_RATE_LIMIT_RATE     tokens per second
     burst               DEVYARD_RATE_LIMIT_BURST    bucket size
+
+``regions`` is a list of tables, one per region, for placement (docs/instances.md)::
+
+    [[regions]]
+    name = "eu-west"            # required; hosts of this region advertise the same name
+    jurisdiction = "EU"         # optional; spec.jurisdiction keeps its regions
+    latitude = 50.11            # optional, with longitude: ClientLocation clues pick the nearest
+    longitude = 8.68
+    networks = ["10.1.0.0/16"]  # optional: ClientIP clues (or the caller's address) in these
 
 Unknown keys in a file are an error. Of the environment only the names above are read
 (``DEVYARD_BASE_URL`` and ``DEVYARD_API_KEY`` belong to the client).
@@ -25,6 +35,7 @@ Unknown keys in a file are an error. Of the environment only the names above are
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 import tomllib
 from collections.abc import Callable, Mapping
@@ -39,6 +50,7 @@ __all__ = [
     "ConfigError",
     "ListenAddress",
     "RateLimitConfig",
+    "RegionConfig",
     "ServerConfig",
     "load_server_config",
     "redact_url",
@@ -69,6 +81,17 @@ class RateLimitConfig:
     burst: int = 100
 
 
+@attrs.frozen
+class RegionConfig:
+    """A region as placement sees it (``devyard.server.instances.placement.RegionInfo``)."""
+
+    name: str
+    jurisdiction: str | None = None
+    latitude: float | None = None
+    longitude: float | None = None
+    networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
+
+
 def redact_url(url: str) -> str:
     """*url* without its password, for logs and reprs."""
     parts = urlsplit(url)
@@ -92,6 +115,7 @@ class ServerConfig:
     database_url: str | None = attrs.field(default=None, repr=_redacted_optional)
     public_url: str | None = None
     region: str = "local"
+    regions: tuple[RegionConfig, ...] = ()
     max_body_bytes: int = 1024 * 1024
     shutdown_grace: float = 10.0
     rate_limit: RateLimitConfig = RateLimitConfig()
@@ -163,6 +187,66 @@ def _parse_region(value: object) -> str:
     return text
 
 
+_REGION_KEYS: Final = frozenset({"name", "jurisdiction", "latitude", "longitude", "networks"})
+_JURISDICTION: Final = re.compile(r"^[A-Za-z0-9_-]{1,63}$")
+
+
+def _coordinate(entry: Mapping[str, object], key: str, limit: float) -> float | None:
+    if key not in entry:
+        return None
+    number = float(_number(entry[key], float))
+    if not -limit <= number <= limit:
+        raise ValueError(f"{key} must be within -{limit:g}..{limit:g}, got {entry[key]!r}")
+    return number
+
+
+def _parse_region_entry(entry: object) -> RegionConfig:
+    if not isinstance(entry, Mapping):
+        raise ValueError(f"expected a table per region, got {entry!r}")
+    unknown = sorted(set(entry) - _REGION_KEYS)
+    if unknown:
+        raise ValueError(
+            f"unknown key(s) {', '.join(unknown)} (have: {', '.join(sorted(_REGION_KEYS))})"
+        )
+    if "name" not in entry:
+        raise ValueError("every region needs a name")
+    name = _parse_region(entry["name"])
+    try:
+        jurisdiction = None
+        if "jurisdiction" in entry:
+            jurisdiction = _str(entry["jurisdiction"])
+            if not _JURISDICTION.match(jurisdiction):
+                raise ValueError("jurisdiction: letters, digits, _ and -, at most 63")
+        latitude = _coordinate(entry, "latitude", 90)
+        longitude = _coordinate(entry, "longitude", 180)
+        if (latitude is None) != (longitude is None):
+            raise ValueError("latitude and longitude go together")
+        raw_networks = entry.get("networks", [])
+        if not isinstance(raw_networks, list):
+            raise ValueError(f"networks: expected a list of CIDRs, got {raw_networks!r}")
+        networks = tuple(ipaddress.ip_network(_str(n)) for n in raw_networks)
+    except ValueError as exc:
+        raise ValueError(f"region {name!r}: {exc}") from exc
+    return RegionConfig(name, jurisdiction, latitude, longitude, networks)
+
+
+def _parse_regions(value: object) -> tuple[RegionConfig, ...]:
+    """A list of region tables (file), or the same as JSON (environment, flags)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"expected a JSON list of region objects: {exc}") from exc
+    if not isinstance(value, list):
+        raise ValueError(f"expected a list of regions, got {value!r}")
+    regions = tuple(_parse_region_entry(entry) for entry in value)
+    names = [r.name for r in regions]
+    duplicated = sorted({n for n in names if names.count(n) > 1})
+    if duplicated:
+        raise ValueError(f"region(s) listed twice: {', '.join(duplicated)}")
+    return regions
+
+
 def _str(value: object) -> str:
     if not isinstance(value, str) or not value:
         raise ValueError(f"expected a non-empty string, got {value!r}")
@@ -217,6 +301,7 @@ _PARSERS: Final[dict[str, Callable[[object], Any]]] = {
     "database_url": _parse_database_url,
     "public_url": _parse_public_url,
     "region": _parse_region,
+    "regions": _parse_regions,
     "max_body_bytes": _positive_int,
     "shutdown_grace": _non_negative_float,
     "rate_limit.enabled": _bool,

@@ -93,7 +93,7 @@ async def _serve(
     tokens = HostTokens(config.data_dir / HOST_TOKENS_FILE)
     async with open_edge(tokens, events or LoggingInstanceEvents(), grace=host_grace) as edge:
         # The edge and the instances service know each other only through server/hosts.py.
-        service = InstanceService(store, edge, home_region=config.region)
+        service = InstanceService(store, edge, regions=config.regions, home_region=config.region)
         if events is None:
             edge.events = service
         async with trio.open_nursery() as nursery:

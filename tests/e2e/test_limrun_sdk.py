@@ -7,6 +7,7 @@ What the SDK expects of us is in docs/instances.md ("The limrun-api SDK").
 
 from __future__ import annotations
 
+import json
 import signal
 from collections.abc import AsyncIterator
 from datetime import datetime
@@ -23,6 +24,13 @@ from ._cli import Running, clean_env, start
 pytestmark = pytest.mark.slow
 
 
+# up's host daemon serves "local"; "far" is configured but has no hosts.
+REGIONS = [
+    {"name": "local", "jurisdiction": "EU", "networks": ["127.0.0.0/8"]},
+    {"name": "far", "jurisdiction": "US", "latitude": 40.7, "longitude": -74.0},
+]
+
+
 @attrs.frozen
 class Up:
     process: Running
@@ -34,7 +42,8 @@ class Up:
 async def up(tmp_path: Path) -> AsyncIterator[Up]:
     data = tmp_path / "data"
     with trio.fail_after(60):
-        running = await start(["up", "--data-dir", str(data), "--port", "0"], clean_env(), tmp_path)
+        env = clean_env(DEVYARD_REGIONS=json.dumps(REGIONS))
+        running = await start(["up", "--data-dir", str(data), "--port", "0"], env, tmp_path)
         url = (await running.read_until(r"serving at (http://127\.0\.0\.1:\d+)")).group(1)
     yield Up(running, url, (data / "admin-api-key").read_text().strip())
     with trio.fail_after(30):
@@ -173,6 +182,12 @@ async def test_ios_create_wait_get_list_delete_and_clear_errors(up: Up) -> None:
         listed = await client.ios_instances.list(label_selector="suite=sdk-ios")
         assert [i.metadata.id for i in listed.items] == [iid]
 
+        in_eu = await client.ios_instances.create(spec={"jurisdiction": "EU"})  # type: ignore[typeddict-unknown-key]
+        assert in_eu.spec.region == "local"
+        await client.ios_instances.delete(in_eu.metadata.id)
+        with pytest.raises(limrun_api.ConflictError) as full:  # configured, but no hosts there
+            await client.ios_instances.create(spec={"region": "far"})
+        assert "region 'far'" in str(full.value)
         with pytest.raises(limrun_api.UnprocessableEntityError) as unknown:
             await client.ios_instances.create(spec={"region": "mars"})
         assert "spec.region" in str(unknown.value)

@@ -81,7 +81,9 @@ def create_app(
             plans=plans,
             instances=instance_service
             if instance_service is not None
-            else InstanceService(store, EmptyRegistry(), home_region=config.region),
+            else InstanceService(
+                store, EmptyRegistry(), regions=config.regions, home_region=config.region
+            ),
         ),
     )
     install_error_handlers(app)

@@ -27,6 +27,7 @@ from typing import Final
 
 import attrs
 
+from ..config import RegionConfig
 from ..hosts import HostInfo
 
 __all__ = [
@@ -43,19 +44,15 @@ __all__ = [
     "preferred_region",
 ]
 
-IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 _EARTH_KM: Final = 6371.0
 IOS_MODELS: Final = ("iphone", "iphone-duo", "ipad", "watch")
 IPHONE_DUO: Final = "iphone-duo"
 
 
-@attrs.frozen
-class RegionInfo:
-    name: str
-    jurisdiction: str | None = None
-    latitude: float | None = None
-    longitude: float | None = None
-    networks: tuple[IPNetwork, ...] = ()
+# What the config says of a region (``[[regions]]``: name, jurisdiction, coordinates, client
+# networks) is all placement needs to know of it: one type, so the config's value goes straight
+# to `InstanceService(regions=config.regions)`.
+RegionInfo = RegionConfig
 
 
 @attrs.frozen
