@@ -26,9 +26,12 @@ def _run_hostd(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     except OSError as exc:
         print(f"devyard hostd: error: cannot read the token file: {exc}", file=sys.stderr)
         return 2
+    from .drivers import drivers_by_name  # noqa: PLC0415
+
     drivers = tuple(d.strip() for d in args.drivers.split(",") if d.strip())
-    if drivers != ("virtual",):
-        print("devyard hostd: error: only the virtual driver is available", file=sys.stderr)
+    if len(drivers) != 1 or drivers[0] not in drivers_by_name():
+        known = ", ".join(sorted(drivers_by_name()))
+        print(f"devyard hostd: error: --drivers takes one driver of: {known}", file=sys.stderr)
         return 2
     if args.capacity < 1:
         print("devyard hostd: error: --capacity must be at least 1", file=sys.stderr)
@@ -62,7 +65,7 @@ def add_commands(sub: Sub) -> None:
     )
     hostd.add_argument("--region", required=True, metavar="NAME", help="this host's region")
     hostd.add_argument("--capacity", type=int, default=4, help="instances at once (default 4)")
-    hostd.add_argument("--drivers", default="virtual", help="comma list (default: virtual)")
+    hostd.add_argument("--drivers", default="virtual", help="virtual (default) or android-emulator")
     hostd.add_argument(
         "--data-dir", default=DEFAULT_HOSTD_DATA_DIR, metavar="DIR", help="instance sandboxes"
     )

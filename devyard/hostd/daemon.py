@@ -44,7 +44,10 @@ HOST_CONNECTIONS_PATH: Final = "/v1/host_connections"
 EXIT_PERMANENT: Final = 3
 PROTO: Final = 1
 _STOP_GRACE: Final = 10.0
-_PLATFORMS_BY_DRIVER: Final = {"virtual": ("android", "ios", "xcode", "gradle")}
+_PLATFORMS_BY_DRIVER: Final = {
+    "virtual": ("android", "ios", "xcode", "gradle"),
+    "android-emulator": ("android",),
+}
 
 
 class PermanentLinkError(Exception):

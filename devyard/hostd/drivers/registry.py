@@ -2,7 +2,7 @@
 
 A driver is registered as an *opener*: a function from a `DeviceSpec` to an async context
 manager that yields a running `DeviceDriver` and stops it (removing its sandbox) on exit.
-Real drivers (``android-emulator``, ``ios-simulator``) add a line to `drivers_by_name`.
+Real drivers (``android-emulator``, later ``ios-simulator``) are a line in `drivers_by_name`.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Final
 
 from ._errors import InvalidSpecError
 from .base import DeviceDriver, DeviceSpec
+from .emulator import open_emulator_device
 from .virtual import open_virtual_device
 
 __all__ = ["DEFAULT_DRIVER", "DriverOpener", "drivers_by_name", "open_device"]
@@ -24,7 +25,7 @@ DEFAULT_DRIVER: Final = "virtual"
 
 def drivers_by_name() -> Mapping[str, DriverOpener]:
     """Every driver this build knows, by the name hostd's ``--drivers`` option uses."""
-    return {"virtual": open_virtual_device}
+    return {"virtual": open_virtual_device, "android-emulator": open_emulator_device}
 
 
 def open_device(
