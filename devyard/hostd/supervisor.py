@@ -19,6 +19,7 @@ import attrs
 import trio
 
 from .drivers import DeviceDriver, DeviceError, DeviceSpec, Platform, open_device
+from .initial_assets import install_initial_assets
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +86,8 @@ class Supervisor:
             return
         instance = _Instance(instance_id)
         self._instances[instance_id] = instance
-        self._nursery.start_soon(self._run, instance, spec)
+        assets = list(order.get("initial_assets") or [])
+        self._nursery.start_soon(self._run, instance, spec, assets)
 
     def stop(self, instance_id: str) -> None:
         instance = self._instances.get(instance_id)
@@ -135,10 +137,13 @@ class Supervisor:
 
     # ---- one instance ---------------------------------------------------------------------
 
-    async def _run(self, instance: _Instance, spec: DeviceSpec) -> None:
+    async def _run(
+        self, instance: _Instance, spec: DeviceSpec, assets: list[dict[str, Any]]
+    ) -> None:
         error: str | None = None
         try:
             async with open_device(spec, self.driver) as device:
+                await install_initial_assets(device, assets, spec.sandbox_dir / "initial-assets")
                 instance.device = device
                 log.info("instance %s ready (%s)", instance.instance_id, spec.platform)
                 self._emit(instance.instance_id, "ready", None)

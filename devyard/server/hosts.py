@@ -77,6 +77,8 @@ class InstanceOrder:
     model: str | None
     os_version: str | None
     spec: dict[str, Any]  # the instance's spec as the API stored it (JSON values only)
+    # installed before the host reports ready: {kind, name, url, md5, launchMode, forceBundleId}
+    initial_assets: tuple[dict[str, Any], ...] = ()
 
 
 @attrs.frozen

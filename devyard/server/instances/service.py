@@ -85,6 +85,8 @@ class NewInstance:
     display_name: str | None
     spec: dict[str, Any]
     client_ip: str | None = None
+    # spec.initialAssets resolved by the API: one entry per file with a download URL
+    initial_assets: tuple[dict[str, Any], ...] = ()
 
 
 @attrs.define
@@ -188,6 +190,7 @@ class InstanceService:
             model=spec.get("model"),
             os_version=_os_version(spec),
             spec=spec,
+            initial_assets=new.initial_assets,
         )
         self._ready[instance.id] = trio.Event()
         hard = parse_duration("spec.hardTimeout", spec["hardTimeout"])

@@ -7,7 +7,8 @@ the expiry sweep, run by the app's lifespan while it serves.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Final
 
 from quart import Blueprint, Response, jsonify, request
 from quart_trio import QuartTrio
@@ -24,11 +25,17 @@ from ...blobs import (
 from ...config import ServerConfig
 from ...store import errors as store_errors
 from ...store.base import Asset, Store
-from .._errors import NotFound
+from .._errors import BadRequest, NotFound, Unprocessable
 from ..context import body, params, principal, state
 from ..views import timestamp
 
-__all__ = ["asset_view", "blueprint", "install_assets", "local_asset_blobs"]
+__all__ = [
+    "asset_view",
+    "blueprint",
+    "install_assets",
+    "local_asset_blobs",
+    "resolve_initial_assets",
+]
 
 blueprint = Blueprint("assets", __name__)
 
@@ -135,3 +142,71 @@ async def delete_asset(id: str) -> Response:
     except store_errors.NotFound as exc:
         raise NotFound(f"asset {id!r} not found") from exc
     return jsonify(asset_view(asset))
+
+
+# -- spec.initialAssets (docs/assets.md "Initial apps") -----------------------------------------
+
+_SOURCE_FIELDS: Final = {
+    "AssetName": "assetName",
+    "AssetNames": "assetNames",
+    "AssetIDs": "assetIds",
+    "URL": "url",
+    "URLs": "urls",
+}
+
+
+async def _asset_for(org_id: str, *, name: str | None = None, asset_id: str | None = None) -> Asset:
+    store = state().store
+    what = f"asset {name!r}" if name is not None else f"asset id {asset_id!r}"
+    try:
+        if asset_id is not None:
+            return await store.get_asset(asset_id, org_id=org_id)
+        found = await store.list_assets(org_id, name=name, limit=1)
+    except store_errors.NotFound as exc:
+        raise NotFound(f"spec.initialAssets: {what} not found") from exc
+    if not found:
+        raise NotFound(f"spec.initialAssets: {what} not found")
+    return found[0]
+
+
+async def resolve_initial_assets(
+    org_id: str, platform: str, spec: Mapping[str, Any]
+) -> tuple[dict[str, Any], ...]:
+    """What a host installs for ``spec.initialAssets``: one entry per file, in order, each with
+    a URL it can download without a key (signed for assets). A missing asset is 404, an asset
+    without bytes or for the other platform 422, naming it; so is an instance that installs no
+    apps (xcode, gradle). The document requires each source's field; checked again here."""
+    entries = spec.get("initialAssets") or []
+    if entries and platform not in ("ios", "android"):
+        raise Unprocessable("spec.initialAssets: only ios and android instances install apps")
+    resolved: list[dict[str, Any]] = []
+    for index, entry in enumerate(entries):
+        source = str(entry["source"])
+        field = _SOURCE_FIELDS[source]
+        value = entry.get(field)
+        if not value:
+            raise BadRequest(f"spec.initialAssets[{index}].{field} is required for {source}")
+        values = list(value) if isinstance(value, list) else [value]
+        common = {
+            "kind": entry["kind"],
+            "launchMode": entry.get("launchMode"),
+            "forceBundleId": entry.get("forceBundleId"),
+        }
+        for item in values:
+            if source in ("URL", "URLs"):
+                resolved.append({**common, "name": str(item), "url": str(item), "md5": None})
+                continue
+            asset = await (
+                _asset_for(org_id, asset_id=str(item))
+                if source == "AssetIDs"
+                else _asset_for(org_id, name=str(item))
+            )
+            if asset.md5 is None:
+                raise Unprocessable(f"spec.initialAssets: asset {asset.name!r} has no bytes yet")
+            if asset.os is not None and asset.os != platform:
+                raise Unprocessable(
+                    f"spec.initialAssets: asset {asset.name!r} is for {asset.os}, not {platform}"
+                )
+            url = _assets().signed_url(_base_url(), Operation.DOWNLOAD, asset.id)
+            resolved.append({**common, "name": asset.name, "url": url, "md5": asset.md5})
+    return tuple(resolved)

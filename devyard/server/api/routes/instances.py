@@ -20,6 +20,7 @@ from .._errors import BadRequest, Conflict, NotFound, Unprocessable
 from ..auth import Principal, role_at_least
 from ..context import body, params, principal, state
 from ..views import timestamp
+from .assets import resolve_initial_assets
 
 __all__ = ["blueprint", "instance_view"]
 
@@ -129,6 +130,9 @@ async def create_instance() -> Response:
         display_name=metadata.get("displayName"),
         spec=dict(data.get("spec", {})),
         client_ip=request.remote_addr,
+        initial_assets=await resolve_initial_assets(
+            caller.org_id, _platform().value, data.get("spec", {})
+        ),
     )
     service = state().instances
     try:
