@@ -193,6 +193,16 @@ async def _run_session(
         raise _LinkLostError(f"expected registered, got {reply.get('type')!r}")
     log.info("registered with %s as %s", config.link_url, reply.get("host_id"))
     backoff.succeeded(trio.current_time())
+    supervisor.link = session
+    try:
+        await _serve_registered(supervisor, shutdown, session, control)
+    finally:
+        supervisor.link = None
+
+
+async def _serve_registered(
+    supervisor: Supervisor, shutdown: trio.Event, session: Session, control: ControlChannel
+) -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_receive_orders, control, supervisor)
         nursery.start_soon(_send_events, control, supervisor)

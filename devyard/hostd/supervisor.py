@@ -13,17 +13,24 @@ import logging
 import shutil
 from collections import deque
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import attrs
 import trio
 
-from .drivers import DeviceDriver, DeviceError, DeviceSpec, Platform, open_device
+from ..core import MuxError, OpenError, Session, request_open
+from ..core.selectors import parse_selectors
+from .drivers import AndroidDevice, DeviceDriver, DeviceError, DeviceSpec, Platform, open_device
+from .egress import EgressProxy
 from .initial_assets import install_initial_assets
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Supervisor"]
+__all__ = ["ATTACH_TIMEOUT_S", "Supervisor"]
+
+#: Spec 4.1: an instance on a tunnel that does not attach within 30 s fails.
+ATTACH_TIMEOUT_S: Final = 30.0
+_ATTACH_RETRY_S: Final = 0.5
 
 
 @attrs.define
@@ -46,6 +53,8 @@ class Supervisor:
         self._instances: dict[str, _Instance] = {}
         self._outbox: deque[dict[str, Any]] = deque()
         self._outbox_changed = trio.Event()
+        self.link: Session | None = None  # the link's session while it is up (the daemon sets it)
+        self.attach_timeout = ATTACH_TIMEOUT_S
 
     def __repr__(self) -> str:
         return f"Supervisor(running={sorted(self._instances)})"
@@ -87,7 +96,8 @@ class Supervisor:
         instance = _Instance(instance_id)
         self._instances[instance_id] = instance
         assets = list(order.get("initial_assets") or [])
-        self._nursery.start_soon(self._run, instance, spec, assets)
+        tunnel = order.get("tunnel") if isinstance(order.get("tunnel"), dict) else None
+        self._nursery.start_soon(self._run, instance, spec, assets, tunnel)
 
     def stop(self, instance_id: str) -> None:
         instance = self._instances.get(instance_id)
@@ -105,6 +115,64 @@ class Supervisor:
         while self._instances or self._outbox:
             await self._outbox_changed.wait()
         await trio.lowlevel.checkpoint()
+
+    # ---- tunnels ----------------------------------------------------------------------------
+
+    async def _open_egress(self, instance_id: str, **fields: Any) -> trio.abc.Stream:
+        """An ``egress`` stream to the edge for *instance_id* (docs/protocol.md 6)."""
+        session = self.link
+        if session is None:
+            raise OSError("the host's link to the server is down")
+        try:
+            stream = await session.open_stream()
+        except (MuxError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            raise OSError(f"the host's link to the server: {exc}") from exc
+        try:
+            await request_open(stream, "egress", instance_id=instance_id, **fields)
+        except BaseException as exc:
+            await trio.aclose_forcefully(stream)
+            if isinstance(exc, MuxError | trio.BrokenResourceError | trio.ClosedResourceError):
+                raise OSError(f"the host's link to the server: {exc}") from exc
+            raise
+        return stream
+
+    async def _attach(
+        self,
+        instance_id: str,
+        device: DeviceDriver,
+        tunnel: dict[str, Any],
+        nursery: trio.Nursery,
+    ) -> None:
+        """Probe through the tunnel until it answers (or fail the instance), then start the
+        instance's egress proxy and point the device's network at it."""
+        name = str(tunnel.get("name"))
+        version = tunnel.get("selector_version")
+        last = "no answer"
+        with trio.move_on_after(self.attach_timeout) as scope:
+            while True:
+                try:
+                    probe = await self._open_egress(instance_id, probe=True)
+                except (OpenError, OSError) as exc:
+                    last = str(exc)
+                    await trio.sleep(_ATTACH_RETRY_S)
+                    continue
+                await probe.aclose()
+                break
+        if scope.cancelled_caught:
+            raise DeviceError(
+                f"tunnel {name!r} did not attach within {self.attach_timeout:g} s ({last})"
+            )
+
+        async def dial(host: str, port: int) -> trio.abc.Stream:
+            dest = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            return await self._open_egress(instance_id, dest=dest, selector_version=version)
+
+        selectors = parse_selectors(str(s) for s in tunnel.get("selectors", []))
+        proxy = EgressProxy(instance_id, selectors, dial)
+        port = await nursery.start(proxy.serve)
+        if isinstance(device, AndroidDevice):
+            await device.settings_put("global", "http_proxy", f"127.0.0.1:{port}")
+        log.info("instance %s attached to tunnel %s (proxy port %d)", instance_id, name, port)
 
     # ---- the outbox the link drains -------------------------------------------------------
 
@@ -138,19 +206,26 @@ class Supervisor:
     # ---- one instance ---------------------------------------------------------------------
 
     async def _run(
-        self, instance: _Instance, spec: DeviceSpec, assets: list[dict[str, Any]]
+        self,
+        instance: _Instance,
+        spec: DeviceSpec,
+        assets: list[dict[str, Any]],
+        tunnel: dict[str, Any] | None,
     ) -> None:
         error: str | None = None
         try:
-            async with open_device(spec, self.driver) as device:
+            async with open_device(spec, self.driver) as device, trio.open_nursery() as network:
+                if tunnel is not None:  # attached first: initial apps may need the network
+                    await self._attach(instance.instance_id, device, tunnel, network)
                 await install_initial_assets(device, assets, spec.sandbox_dir / "initial-assets")
                 instance.device = device
                 log.info("instance %s ready (%s)", instance.instance_id, spec.platform)
                 self._emit(instance.instance_id, "ready", None)
                 await instance.stop.wait()
-        except DeviceError as exc:
-            error = str(exc)
-            log.warning("instance %s failed: %s", instance.instance_id, exc)
+                network.cancel_scope.cancel()
+        except* DeviceError as group:  # from the device, or its network nursery
+            error = "; ".join(str(exc) for exc in group.exceptions)
+            log.warning("instance %s failed: %s", instance.instance_id, error)
         finally:
             del self._instances[instance.instance_id]  # _emit below wakes wait_idle
             with trio.CancelScope(shield=True):  # the driver removes it; make sure

@@ -67,6 +67,24 @@ async def _read_head(stream: trio.abc.Stream) -> tuple[bytes, bytes]:
     return head, rest
 
 
+async def _proxy_connect(stream: trio.abc.Stream, host: str, port: int) -> None:
+    """Ask the proxy on *stream* for a tunnel to host:port (HTTP CONNECT)."""
+    authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    await stream.send_all(f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n".encode())
+    head, rest = await _read_head(stream)
+    status_line = head.split(b"\r\n", 1)[0].decode("latin-1")
+    parts = status_line.split(" ", 2)
+    if len(parts) < 2 or parts[1] != "200":
+        detail = rest.decode(errors="replace").strip()
+        raise _NetError(
+            _E_RECV,
+            f"Received HTTP code {parts[1] if len(parts) > 1 else '?'} from proxy after "
+            f"CONNECT{': ' + detail if detail else ''}",
+        )
+    if rest:
+        raise _NetError(_E_RECV, "the proxy sent data before the tunnel was up")
+
+
 async def _connect(sh: Interpreter, host: str, port: int) -> trio.abc.Stream:
     """A TCP connection to host:port, through the device's proxy if it has one."""
     proxy = await _proxy(sh)
@@ -81,21 +99,11 @@ async def _connect(sh: Interpreter, host: str, port: int) -> trio.abc.Stream:
         raise _NetError(_E_CONNECT, message) from None
     if proxy is None:
         return stream
-    authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    await stream.send_all(f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n".encode())
-    head, rest = await _read_head(stream)
-    status_line = head.split(b"\r\n", 1)[0].decode("latin-1")
-    parts = status_line.split(" ", 2)
-    if len(parts) < 2 or parts[1] != "200":
-        await stream.aclose()
-        detail = rest.decode(errors="replace").strip()
-        raise _NetError(
-            _E_RECV,
-            f"Received HTTP code {parts[1] if len(parts) > 1 else '?'} from proxy after "
-            f"CONNECT{': ' + detail if detail else ''}",
-        )
-    if rest:
-        raise _NetError(_E_RECV, "the proxy sent data before the tunnel was up")
+    try:
+        await _proxy_connect(stream, host, port)
+    except BaseException:
+        await trio.aclose_forcefully(stream)
+        raise
     return stream
 
 
@@ -184,8 +192,11 @@ async def _open(sh: Interpreter, url: SplitResult) -> trio.abc.Stream:
         stream = trio.SSLStream(stream, ssl.create_default_context(), server_hostname=url.hostname)
         try:
             await stream.do_handshake()
-        except (trio.BrokenResourceError, ssl.SSLError) as exc:
-            raise _NetError(_E_SSL, f"SSL connect error: {exc}") from None
+        except BaseException as exc:
+            await trio.aclose_forcefully(stream)
+            if isinstance(exc, trio.BrokenResourceError | ssl.SSLError):
+                raise _NetError(_E_SSL, f"SSL connect error: {exc}") from None
+            raise
     return stream
 
 
