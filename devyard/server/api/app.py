@@ -22,7 +22,15 @@ from .context import ApiState, Plan, install_state
 from .contract import Contract, load_document, rule_to_template
 from .pipeline import before_request
 from .ratelimit import KeyedRateLimiter
-from .routes import api_keys, health, identity, instances, organizations
+from .routes import (
+    analytics,
+    api_keys,
+    health,
+    identity,
+    instances,
+    organizations,
+    scoped_tokens,
+)
 from .routes.assets import install_assets, local_asset_blobs
 
 __all__ = ["DEFAULT_PLANS", "create_app"]
@@ -89,6 +97,8 @@ def create_app(
     install_error_handlers(app)
     app.before_request(before_request)
     for module in (health, identity, organizations, api_keys, instances):
+        app.register_blueprint(module.blueprint)
+    for module in (scoped_tokens, analytics):
         app.register_blueprint(module.blueprint)
     if asset_blobs is None:
         asset_blobs = local_asset_blobs(store, config)

@@ -13,6 +13,13 @@ Authorization is two rules, both declared per operation in ``openapi.yaml``:
 Rules that depend on the object (an own key versus someone else's, one's own user) are
 checked by the handler with :func:`require_role` or by raising :class:`Forbidden`.
 
+A scoped token (``dyst_...``, docs/scoped-tokens.md) authenticates as the key that minted it,
+with its user's current role, plus the token's scopes: the same :class:`Principal` with
+``scopes`` set. For such a principal a third rule replaces the read-only one: the operation
+must declare ``x-devyard-scope`` and one of the token's scopes must open it for the path's id
+(`scopes.allows`); an operation without the extension is 403 for every scoped token. The
+token dies with its minting key, and revoking it or its expiry apply to the next request.
+
 ``last_used_at`` is recorded at most once per ``touch_interval`` per key, so a busy key costs
 one write a minute rather than one per request; the table of last touches is bounded.
 """
@@ -20,15 +27,16 @@ one write a minute rather than one per request; the table of last touches is bou
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Final
 
 import attrs
 
 from ..store import errors as store_errors
 from ..store import tokens
-from ..store.base import ApiKey, Organization, Role, Store, User
+from ..store.base import ApiKey, Organization, Role, ScopedToken, Store, User
 from ._errors import Forbidden, Unauthorized
+from .scopes import Scope, Template, allows, parse_scope
 
 __all__ = ["Authenticator", "Principal", "authorize", "require_role", "role_at_least"]
 
@@ -45,21 +53,29 @@ def role_at_least(role: Role, least: Role) -> bool:
 class Principal:
     """The authenticated caller of one request."""
 
-    api_key: ApiKey
+    api_key: ApiKey  # for a scoped token, the key that minted it
     user: User
     organization: Organization
     role: Role
+    scoped_token: ScopedToken | None = None
+    scopes: frozenset[Scope] | None = None  # None: a full API key, limited by its role only
 
     @property
     def org_id(self) -> str:
         return self.organization.id
 
     @property
+    def read_only(self) -> bool:
+        """May not write except as its scopes allow, nor see per-instance secrets."""
+        return self.api_key.read_only or self.scopes is not None
+
+    @property
     def user_id(self) -> str:
         return self.user.id
 
     def __repr__(self) -> str:
-        return f"<Principal key={self.api_key.id} user={self.user.id} org={self.org_id}>"
+        token = "" if self.scoped_token is None else f" token={self.scoped_token.id}"
+        return f"<Principal key={self.api_key.id}{token} user={self.user.id} org={self.org_id}>"
 
 
 def require_role(principal: Principal, least: Role, what: str) -> None:
@@ -71,11 +87,26 @@ def require_role(principal: Principal, least: Role, what: str) -> None:
         )
 
 
-def authorize(principal: Principal, *, least: Role, safe: bool) -> None:
-    """The per-operation rules: read-only keys only read; the role is at least *least*."""
-    if not safe and principal.api_key.read_only:
+def authorize(
+    principal: Principal,
+    *,
+    least: Role | None,
+    safe: bool,
+    scope: Template | None = None,
+    path_args: Mapping[str, str] | None = None,
+) -> None:
+    """The per-operation rules: a scoped token only what its scopes open (*scope* is the
+    operation's ``x-devyard-scope``); read-only keys only read; the role is at least *least*."""
+    if principal.scopes is not None:
+        if scope is None or not allows(principal.scopes, scope, path_args or {}):
+            raise Forbidden(
+                "this scoped token's scopes do not allow this operation",
+                reason="insufficient_scope",
+            )
+    elif not safe and principal.api_key.read_only:
         raise Forbidden("this API key is read-only", reason="read_only_key")
-    require_role(principal, least, "this operation")
+    if least is not None:
+        require_role(principal, least, "this operation")
 
 
 def bearer_token(authorization: str | None) -> str:
@@ -110,6 +141,9 @@ class Authenticator:
 
     async def authenticate(self, authorization: str | None) -> Principal:
         plaintext = bearer_token(authorization)
+        token_lookup = tokens.parse_scoped_token(plaintext)
+        if token_lookup is not None:
+            return await self._scoped(plaintext, token_lookup)
         lookup_id = tokens.parse_api_key(plaintext)
         if lookup_id is None:
             raise Unauthorized("invalid API key")
@@ -120,6 +154,31 @@ class Authenticator:
         if not tokens.verify_api_key(plaintext, credential.secret_hash):
             raise Unauthorized("invalid API key")
         key = credential.api_key
+        principal = await self._principal(key)
+        await self._maybe_touch(key.id)
+        return principal
+
+    async def _scoped(self, plaintext: str, lookup_id: str) -> Principal:
+        """A scoped token: unknown, revoked, expired, or minted by a revoked key is 401."""
+        try:
+            credential = await self._store.get_scoped_token_by_lookup(lookup_id)
+        except store_errors.NotFound:
+            raise Unauthorized("invalid scoped token") from None
+        if not tokens.verify_secret(plaintext, credential.secret_hash):
+            raise Unauthorized("invalid scoped token")
+        token = credential.token
+        try:
+            key = await self._store.get_api_key(token.org_id, token.api_key_id)
+        except store_errors.NotFound:
+            raise Unauthorized("invalid scoped token") from None
+        principal = await self._principal(key)
+        return attrs.evolve(
+            principal,
+            scoped_token=token,
+            scopes=frozenset(parse_scope(scope) for scope in token.scopes),
+        )
+
+    async def _principal(self, key: ApiKey) -> Principal:
         try:
             membership = await self._store.get_membership(key.org_id, key.user_id)
             user = await self._store.get_user(key.user_id)
@@ -127,7 +186,6 @@ class Authenticator:
         except store_errors.NotFound:
             # Raced with a removal or deletion that revokes this key.
             raise Unauthorized("invalid API key") from None
-        await self._maybe_touch(key.id)
         return Principal(api_key=key, user=user, organization=organization, role=membership.role)
 
     async def _maybe_touch(self, key_id: str) -> None:

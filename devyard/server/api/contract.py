@@ -25,6 +25,7 @@ import yaml
 
 from ..store.base import Role
 from ._errors import BadRequest
+from .scopes import Template, parse_template
 
 __all__ = ["Contract", "Operation", "Parameter", "load_document"]
 
@@ -66,6 +67,7 @@ class Operation:
     role: Role | None  # the least role, for authenticated operations
     parameters: tuple[Parameter, ...] = attrs.field(repr=False)
     body: jsonschema_rs.Validator | None = attrs.field(repr=False, eq=False)
+    scope: Template | None = None  # x-devyard-scope: the scoped tokens it admits (scopes.py)
 
     @property
     def safe(self) -> bool:
@@ -150,6 +152,7 @@ class Contract:
                     role=Role(role) if role is not None else None,
                     parameters=params,
                     body=body_validator,
+                    scope=_scope(spec.get("x-devyard-scope")),
                 )
 
     def __repr__(self) -> str:
@@ -238,6 +241,10 @@ class Contract:
                 raise BadRequest(f"{field}: unknown field {unexpected}", reason="invalid_body")
             raise BadRequest(f"{field} {_describe(error)}", reason="invalid_body")
         return value
+
+
+def _scope(value: object) -> Template | None:
+    return None if value is None else parse_template(str(value))
 
 
 def _reject_constant(name: str) -> object:

@@ -5,7 +5,8 @@
 2. identity    the API key, when the operation takes one (401 when required and missing);
 3. rate limit  per key; anonymous requests only when they write (429 with Retry-After);
 4. scope       an ``organizationId`` in the path must be the key's organization (404);
-5. permission  read-only keys read; the role is at least ``x-devyard-role`` (403);
+5. permission  a scoped token only what its scopes open (``x-devyard-scope``); read-only
+               keys read; the role is at least ``x-devyard-role`` (403);
 6. input       path and query parameters and the JSON body against the document (400).
 
 Scope comes before permission so that a viewer probing another organization's ids learns
@@ -49,8 +50,14 @@ async def before_request() -> None:
         organization_id = path_args.get("organizationId")
         if organization_id is not None and organization_id != caller.org_id:
             raise NotFound(f"organization {organization_id!r} not found")
-        if operation.role is not None:
-            authorize(caller, least=operation.role, safe=operation.safe)
+        if operation.role is not None or caller.scopes is not None:
+            authorize(
+                caller,
+                least=operation.role,
+                safe=operation.safe,
+                scope=operation.scope,
+                path_args=path_args,
+            )
 
     values = api.contract.parameters(operation, path_args, request.args)
     payload = None

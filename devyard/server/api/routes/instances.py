@@ -36,7 +36,7 @@ _TIMEOUT_HEADERS: Final = ("X-Stainless-Read-Timeout", "X-Stainless-Timeout")
 
 
 def _can_control(caller: Principal) -> bool:
-    return not caller.api_key.read_only and role_at_least(caller.role, Role.MEMBER)
+    return not caller.read_only and role_at_least(caller.role, Role.MEMBER)
 
 
 def _urls(instance: Instance, base: str) -> dict[str, str]:
