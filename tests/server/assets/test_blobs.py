@@ -6,6 +6,7 @@ import hashlib
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -165,3 +166,35 @@ async def test_an_upload_to_a_deleted_asset_keeps_no_bytes(store: Store, tmp_pat
     with pytest.raises(NotFound):
         await assets.upload(asset.id, deleting_midway())
     assert _files(tmp_path / "blobs") == []
+
+
+async def test_a_serving_api_sweeps_at_start_and_shuts_down_promptly(
+    store: Store, clock: Clock, tmp_path: Path
+) -> None:
+    from devyard.server.api.serve import serve_api  # noqa: PLC0415
+    from devyard.server.config import ListenAddress, ServerConfig  # noqa: PLC0415
+
+    org = await store.create_organization("acme")
+    asset = await store.upsert_asset(org_id=org.id, name="old", ttl_s=10)
+    clock.now += timedelta(seconds=11)
+    config = ServerConfig(data_dir=tmp_path / "data", listen=ListenAddress("127.0.0.1", 0))
+    shutdown = trio.Event()
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(partial(serve_api, store, config, shutdown_trigger=shutdown.wait))
+
+            async def gone() -> bool:
+                try:
+                    await store.get_asset(asset.id)
+                except NotFound:
+                    return True
+                return False
+
+            for _ in range(1000):  # pragma: no branch
+                if await gone():
+                    break
+                await trio.sleep(0.01)
+            shutdown.set()
+            start = trio.current_time()
+        assert trio.current_time() - start < 2  # the sweeper does not hold the shutdown
+    assert await gone()
