@@ -39,6 +39,7 @@ _COMMAND_MODULES: Final = (
     "devyard.client.commands",
     "devyard.client.adb_commands",
     "devyard.client.asset_commands",
+    "devyard.client.token_commands",
     "devyard.hostd.commands",
     "devyard.connector.commands",
 )

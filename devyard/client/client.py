@@ -15,7 +15,7 @@ from __future__ import annotations
 import enum
 import json
 import random
-from collections.abc import AsyncIterable, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterable, Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final
 from urllib.parse import quote
 
@@ -328,6 +328,36 @@ class AsyncClient:
             except httpx.TransportError as exc:
                 raise TransportError(f"GET {url.partition('?')[0]}: {exc!r}") from exc
 
+    # -- scoped tokens and analytics (docs/scoped-tokens.md, docs/analytics.md) -----------------
+
+    async def create_scoped_token(
+        self, scopes: Sequence[str], *, ttl_seconds: int | None = None
+    ) -> dict[str, Any]:
+        """The created token as the API's JSON; its ``token`` is shown only here."""
+        body: dict[str, Any] = {"scopes": list(scopes)}
+        if ttl_seconds is not None:
+            body["ttlSeconds"] = ttl_seconds
+        return _json_object(await self.request("POST", "/v1/scoped_tokens", body=body))
+
+    async def revoke_scoped_token(self, token_id: str) -> dict[str, Any]:
+        path = f"/v1/scoped_tokens/{_segment(token_id)}"
+        return _json_object(await self.request("DELETE", path))
+
+    async def analytics(self, bounds: Mapping[str, str], *, bucket: str = "day") -> dict[str, Any]:
+        """Usage totals; *bounds* are the query's own names (``startedAt[gte]``, ``from``,
+        ``labels``...), at least one time bound among them."""
+        params = {**bounds, "bucket": bucket}
+        return _json_object(await self.request("GET", "/v1/analytics", params=params))
+
+    async def instance_analytics(
+        self, bounds: Mapping[str, str], *, limit: int = 100, starting_after: str | None = None
+    ) -> dict[str, Any]:
+        """One page of per-instance billing details (``items``, ``hasMore``)."""
+        params = {**bounds, "limit": str(limit)}
+        if starting_after is not None:
+            params["startingAfter"] = starting_after
+        return _json_object(await self.request("GET", "/v1/analytics/instances", params=params))
+
 
 def _decode(response: httpx.Response) -> object:
     """The JSON of a 2xx answer, or the typed error of any other."""
@@ -350,6 +380,12 @@ def _decode(response: httpx.Response) -> object:
     raise error_for_status(
         response.status_code, message, reason=reason, retry_after=_retry_after(response)
     )
+
+
+def _json_object(data: object) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise ResponseError(f"expected a JSON object, got {type(data).__name__}")
+    return data
 
 
 def _message(data: object) -> str:
