@@ -1,0 +1,58 @@
+"""The host daemon of `python -m bench tunnel`, as its own helper process.
+
+    python -m bench._tunnel_rig host WORKDIR URL TOKENFILE
+
+runs hostd (virtual drivers, capacity 1) linked to the server at URL, prints `READY {}` once it
+serves, and exits when its stdin closes (the harness is gone) or on SIGTERM. The server is
+`python -m bench._adb_rig server WORKDIR` (the same real server the adb bench uses); the
+connectors are real `devyard connector run` processes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Awaitable, Callable
+from functools import partial
+from pathlib import Path
+from typing import Final
+
+import trio
+
+from bench._child import run_with_lifeline
+from devyard.hostd.daemon import HostdConfig, serve_hostd
+from devyard.server.config import ServerConfig
+
+READY: Final = "READY "
+_REGION: Final = ServerConfig(data_dir=Path(".")).region
+
+
+async def _host(workdir: Path, url: str, token_file: str) -> None:
+    token = (await trio.Path(token_file).read_text()).strip()
+    hostd = HostdConfig(
+        server_url=url,
+        token=token,
+        region=_REGION,
+        data_dir=workdir / "host",
+        capacity=1,
+        backoff_base=0.05,
+    )
+    async with trio.open_nursery() as nursery:
+        await nursery.start(partial(serve_hostd, hostd))
+        print(READY + json.dumps({}), flush=True)
+        await trio.sleep_forever()
+
+
+def main(argv: list[str]) -> int:
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    if len(argv) != 4 or argv[0] != "host":
+        print(__doc__, file=sys.stderr)
+        return 2
+    body: Callable[[], Awaitable[None]] = partial(_host, Path(argv[1]), argv[2], argv[3])
+    trio.run(run_with_lifeline, body)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
