@@ -7,21 +7,23 @@ dials) and the host daemon's egress proxy (which traffic goes into the tunnel).
 Grammar (case-insensitive; hosts are compared lowercased, without a trailing dot):
 
     selector  = exact | wildcard
-    exact     = host ":" port                e.g. ``localhost:3000``, ``10.0.0.5:443``,
-                                                  ``[fd00::1]:8080``
-    wildcard  = "*." domain [":" port]       ``*.corp.example:443`` or ``*.corp.example``
+    exact     = host ":" port                e.g. ``localhost:3000``, ``10.0.0.5:443``
+    wildcard  = "*." host [":" port]         ``*.corp.example:443`` or ``*.corp.example``
                                              (any port); matches names *below* the domain,
                                              not the domain itself
-    host      = DNS name | IPv4 | "[" IPv6 "]"
-    port      = 1..65535
+    host      = label *("." label) ["."]     a DNS name or an IPv4 address
+    label     = 1-63 of [A-Za-z0-9-], not starting or ending with "-"
+    port      = 1..65535, no leading zero
 
-Names are resolved on the connector's machine, so a selector is matched against the name as
-given, never against an address it resolves to.
+The grammar is exactly `SELECTOR_PATTERN`, which the API's document uses too, so a selector
+the document admits is never refused here (the conformance test relies on it). IPv6 literals
+are not selectors (yet): a name that resolves to one works. Names are resolved on the
+connector's machine, so a selector is matched against the name as given, never against an
+address it resolves to.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from collections.abc import Iterable
 from typing import Final
@@ -31,6 +33,7 @@ import attrs
 __all__ = [
     "MAX_SELECTORS",
     "MAX_SELECTOR_LENGTH",
+    "SELECTOR_PATTERN",
     "Selector",
     "SelectorError",
     "android_compatible",
@@ -41,10 +44,16 @@ __all__ = [
 ]
 
 MAX_SELECTORS: Final = 100
-MAX_SELECTOR_LENGTH: Final = 261  # a 253-character name, a colon and a port
-_LABEL: Final = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
-_NAME_RE: Final = re.compile(rf"{_LABEL}(?:\.{_LABEL})*")
-_PORT_RE: Final = re.compile(r"[0-9]{1,5}")
+MAX_SELECTOR_LENGTH: Final = 261  # "*.", a 253-character name, a colon and a port
+_LABEL: Final = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_NAME: Final = rf"{_LABEL}(?:\.{_LABEL})*\.?"
+_PORT: Final = (
+    r"(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[1-9][0-9]{0,3})"
+)
+#: The whole grammar as one regular expression (openapi.yaml's TunnelSelectors uses it).
+SELECTOR_PATTERN: Final = rf"^(?:\*\.{_NAME}(?::{_PORT})?|{_NAME}:{_PORT})$"
+_NAME_RE: Final = re.compile(_NAME)
+_PORT_RE: Final = re.compile(_PORT)
 
 
 class SelectorError(ValueError):
@@ -60,8 +69,7 @@ class Selector:
     wildcard: bool = False
 
     def __str__(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        text = f"*.{host}" if self.wildcard else host
+        text = f"*.{self.host}" if self.wildcard else self.host
         return text if self.port is None else f"{text}:{self.port}"
 
     def matches(self, host: str, port: int) -> bool:
@@ -75,56 +83,37 @@ class Selector:
 def _port(text: str, where: str) -> int:
     if not _PORT_RE.fullmatch(text):
         raise SelectorError(f"{where}: the port must be a number from 1 to 65535")
-    port = int(text)
-    if not 1 <= port <= 65535:
-        raise SelectorError(f"{where}: the port must be a number from 1 to 65535")
-    return port
+    return int(text)
 
 
 def _host(text: str, where: str) -> str:
-    if text.startswith("["):
-        if not text.endswith("]"):
-            raise SelectorError(f"{where}: an IPv6 address goes in brackets")
-        try:
-            return str(ipaddress.IPv6Address(text[1:-1]))
-        except ValueError:
-            raise SelectorError(f"{where}: {text} is not an IPv6 address") from None
-    host = text.lower().removesuffix(".")
-    if not host or len(host) > 253 or not _NAME_RE.fullmatch(host):
-        raise SelectorError(f"{where}: {text!r} is not a host name or address")
-    return host
+    if not _NAME_RE.fullmatch(text):
+        raise SelectorError(f"{where}: {text[:80]!r} is not a host name or IPv4 address")
+    return text.lower().removesuffix(".")
 
 
-def _split(text: str, where: str) -> tuple[str, str | None]:
-    """``host[:port]`` where host may be a bracketed IPv6 address."""
-    if text.startswith("["):
-        close = text.find("]")
-        if close < 0:
-            raise SelectorError(f"{where}: an IPv6 address goes in brackets")
-        rest = text[close + 1 :]
-        if rest and not rest.startswith(":"):
-            raise SelectorError(f"{where}: expected :PORT after the address")
-        return text[: close + 1], rest[1:] if rest else None
+def _split(text: str) -> tuple[str, str | None]:
     host, colon, port = text.rpartition(":")
-    if not colon:
-        return text, None
-    return host, port
+    return (text, None) if not colon else (host, port)
+
+
+def _check_length(text: object, where: str) -> str:
+    if not isinstance(text, str) or not text or len(text) > MAX_SELECTOR_LENGTH:
+        raise SelectorError(f"{where}: must be 1 to {MAX_SELECTOR_LENGTH} characters")
+    return text
 
 
 def parse_selector(text: str) -> Selector:
     """One selector, or SelectorError saying what is wrong with it."""
-    where = f"selector {text[:80]!r}"
-    if not isinstance(text, str) or not text or len(text) > MAX_SELECTOR_LENGTH:
-        raise SelectorError(f"{where}: must be 1 to {MAX_SELECTOR_LENGTH} characters")
+    where = f"selector {str(text)[:80]!r}"
+    text = _check_length(text, where)
     if text.startswith("*."):
-        domain, port = _split(text[2:], where)
+        domain, port = _split(text[2:])
         host = _host(domain, where)
-        if domain.startswith("[") or _is_ip(host):
-            raise SelectorError(f"{where}: a wildcard takes a domain name, not an address")
         return Selector(host, None if port is None else _port(port, where), wildcard=True)
     if "*" in text:
         raise SelectorError(f"{where}: '*' is allowed only as a leading '*.'")
-    host, port = _split(text, where)
+    host, port = _split(text)
     if port is None:
         raise SelectorError(f"{where}: an exact selector needs a port (HOST:PORT)")
     return Selector(_host(host, where), _port(port, where))
@@ -144,10 +133,8 @@ def parse_selectors(items: Iterable[str]) -> tuple[Selector, ...]:
 
 def parse_dest(text: str) -> tuple[str, int]:
     """A dial destination ``host:port`` as (normalized host, port)."""
-    where = f"destination {text[:80]!r}"
-    if not isinstance(text, str) or not text or len(text) > MAX_SELECTOR_LENGTH:
-        raise SelectorError(f"{where}: expected HOST:PORT")
-    host, port = _split(text, where)
+    where = f"destination {str(text)[:80]!r}"
+    host, port = _split(_check_length(text, where))
     if port is None:
         raise SelectorError(f"{where}: expected HOST:PORT")
     return _host(host, where), _port(port, where)
@@ -161,11 +148,3 @@ def matches(selectors: Iterable[Selector], host: str, port: int) -> bool:
 def android_compatible(selectors: Iterable[Selector]) -> bool:
     """Android instances attach only when every exact selector's port is >= 1024."""
     return all(s.wildcard or (s.port is not None and s.port >= 1024) for s in selectors)
-
-
-def _is_ip(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True

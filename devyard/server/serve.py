@@ -24,6 +24,7 @@ import trio
 from .bootstrap import FirstStart, bootstrap_organization, first_start
 from .config import ServerConfig
 from .edge import DEFAULT_HOST_GRACE, HOST_CONNECTIONS_PATH, HOST_TOKENS_FILE, HostTokens, open_edge
+from .edge.connectors import CONNECTOR_CONNECTIONS_PATH, DEFAULT_QUICK_GRACE, open_connector_hub
 from .edge.gateway import INSTANCES_PREFIX, InstanceGateway
 from .edge.links import LoggingInstanceEvents
 from .hosts import InstanceEvents
@@ -66,15 +67,24 @@ async def serve_server(
     shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
     events: InstanceEvents | None = None,
     host_grace: float = DEFAULT_HOST_GRACE,
+    quick_grace: float = DEFAULT_QUICK_GRACE,
     task_status: trio.TaskStatus[BoundServer] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Open the store and serve the control API and the edge's host links.
+    """Open the store and serve the control API and the edge's host and connector links.
 
     ``task_status`` gets the ``BoundServer`` (its ``hosts`` is the edge's `HostRegistry`);
     *events* receives what hosts report (the instances service; a logger until it is wired).
     """
     async with open_configured_store(config) as store:
-        await _serve(store, config, shutdown_trigger, events, host_grace, task_status=task_status)
+        await _serve(
+            store,
+            config,
+            shutdown_trigger,
+            events,
+            host_grace,
+            quick_grace=quick_grace,
+            task_status=task_status,
+        )
 
 
 async def _serve(
@@ -84,14 +94,21 @@ async def _serve(
     events: InstanceEvents | None,
     host_grace: float,
     *,
+    quick_grace: float = DEFAULT_QUICK_GRACE,
     task_status: trio.TaskStatus[BoundServer] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """The API and the edge over an open store, on one port."""
     from .api.serve import serve_api  # noqa: PLC0415 - the web stack loads only to serve
     from .instances import InstanceService  # noqa: PLC0415 - loads only to serve
+    from .tunnels import TunnelService  # noqa: PLC0415 - loads only to serve
 
     tokens = HostTokens(config.data_dir / HOST_TOKENS_FILE)
-    async with open_edge(tokens, events or LoggingInstanceEvents(), grace=host_grace) as edge:
+    tunnel_service = TunnelService(store)
+    async with (
+        open_edge(tokens, events or LoggingInstanceEvents(), grace=host_grace) as edge,
+        open_connector_hub(tunnel_service, quick_grace=quick_grace) as connectors,
+    ):
+        tunnel_service.hub = connectors  # the service tells the edge about token/tunnel ends
         # The edge and the instances service know each other only through server/hosts.py.
         service = InstanceService(store, edge, regions=config.regions, home_region=config.region)
         if events is None:
@@ -102,10 +119,12 @@ async def _serve(
                 store,
                 config,
                 shutdown_trigger=shutdown_trigger,
-                websockets={HOST_CONNECTIONS_PATH: edge},
+                websockets={HOST_CONNECTIONS_PATH: edge, CONNECTOR_CONNECTIONS_PATH: connectors},
                 prefixes={INSTANCES_PREFIX: InstanceGateway(edge, service)},
                 hosts=edge,
                 instance_service=service,
+                tunnel_service=tunnel_service,
+                tunnels=connectors,
                 task_status=task_status,
             )
             nursery.cancel_scope.cancel()

@@ -16,6 +16,7 @@ from ..blobs import AssetBlobs
 from ..config import ServerConfig
 from ..instances import EmptyRegistry, InstanceService
 from ..store.base import Store
+from ..tunnels import TunnelService
 from ._errors import install_error_handlers
 from .auth import Authenticator
 from .context import ApiState, Plan, install_state
@@ -30,6 +31,7 @@ from .routes import (
     instances,
     organizations,
     scoped_tokens,
+    tunnels,
 )
 from .routes.assets import install_assets, local_asset_blobs
 
@@ -63,6 +65,7 @@ def create_app(
     plans: Mapping[str, Plan] = DEFAULT_PLANS,
     asset_blobs: AssetBlobs | None = None,
     instance_service: InstanceService | None = None,
+    tunnel_service: TunnelService | None = None,
 ) -> QuartTrio:
     """The control API over *store*. The caller owns the store and closes it, and runs
     ``instance_service.run`` (its timeouts); without a service the API gets one with no
@@ -94,9 +97,12 @@ def create_app(
             ),
         ),
     )
+    app.extensions[tunnels.TUNNELS_KEY] = (
+        tunnel_service if tunnel_service is not None else TunnelService(store)
+    )
     install_error_handlers(app)
     app.before_request(before_request)
-    for module in (health, identity, organizations, api_keys, instances):
+    for module in (health, identity, organizations, api_keys, instances, tunnels):
         app.register_blueprint(module.blueprint)
     for module in (scoped_tokens, analytics):
         app.register_blueprint(module.blueprint)

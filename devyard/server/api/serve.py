@@ -31,6 +31,7 @@ from ..config import ListenAddress, ServerConfig
 from ..hosts import HostRegistry
 from ..instances import InstanceService
 from ..store.base import Store
+from ..tunnels import TunnelConnections, TunnelService
 from .app import create_app
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,7 @@ class BoundServer:
     base_url: str  # what clients are told: public_url, else local_url
     port: int
     hosts: HostRegistry | None = None  # the edge's host links, when the server runs an edge
+    tunnels: TunnelConnections | None = None  # the edge's connector links, if any
 
 
 class ShieldedSend:
@@ -133,6 +135,8 @@ async def serve_api(
     prefixes: dict[str, RawASGI] | None = None,
     hosts: HostRegistry | None = None,
     instance_service: InstanceService | None = None,
+    tunnel_service: TunnelService | None = None,
+    tunnels: TunnelConnections | None = None,
     task_status: trio.TaskStatus[BoundServer] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the control API over *store* (owned by the caller) until shut down.
@@ -141,7 +145,9 @@ async def serve_api(
     ``/v1/host_connections``), *prefixes* on path prefixes for HTTP and WebSocket alike (the
     per-instance endpoints); *hosts* is passed through to the ``BoundServer``.
     """
-    app: ASGIFramework = ShieldedSend(create_app(store, config, instance_service=instance_service))
+    app: ASGIFramework = ShieldedSend(
+        create_app(store, config, instance_service=instance_service, tunnel_service=tunnel_service)
+    )
     if websockets or prefixes:
         app = WebSocketRoutes(app, websockets or {}, prefixes)
     async with trio.open_nursery() as nursery:
@@ -158,6 +164,8 @@ async def serve_api(
         port = urlsplit(local_url).port or 0
         # With port 0 the configured listen address does not say where clients go: the bind does.
         base_url = attrs.evolve(config, listen=ListenAddress(config.listen.host, port)).base_url
-        bound = BoundServer(local_url=local_url, base_url=base_url, port=port, hosts=hosts)
+        bound = BoundServer(
+            local_url=local_url, base_url=base_url, port=port, hosts=hosts, tunnels=tunnels
+        )
         log.info("control API listening on %s (base URL %s)", local_url, base_url)
         task_status.started(bound)

@@ -52,6 +52,8 @@ __all__ = [
     "ScopedTokenCredential",
     "Store",
     "TerminationReason",
+    "Tunnel",
+    "TunnelCredential",
     "Unset",
     "UsageBucket",
     "UsageFilter",
@@ -317,6 +319,32 @@ class Asset:
     uploaded_at: datetime | None = None
 
 
+@attrs.frozen
+class Tunnel:
+    """A persistent tunnel (spec 2.5). The token is never here: only its lookup id (the
+    non-secret handle) and, in `TunnelCredential`, its hash. ``selector_version`` grows by one
+    on every selector change."""
+
+    id: str
+    org_id: str
+    name: str  # unique in its organization, immutable
+    selectors: tuple[str, ...]
+    selector_version: int
+    ephemeral: bool
+    token_lookup: str
+    token_expires_at: datetime
+    token_issued_at: datetime
+    created_at: datetime
+
+
+@attrs.frozen
+class TunnelCredential:
+    """What tunnel-token authentication needs; returned only by `get_tunnel_by_token`."""
+
+    tunnel: Tunnel
+    token_hash: str = attrs.field(repr=False)
+
+
 class Store(Protocol):
     """The persistent state of the control plane. Implementations: `SqlStore` over
     SQLite or PostgreSQL, obtained with `open_store`."""
@@ -558,3 +586,44 @@ class Store(Protocol):
 
     async def list_expired_assets(self, *, limit: int = 100) -> list[Asset]:
         """Assets whose expiry is past by the store's clock, soonest expired first."""
+
+    # -- tunnels (tunnels.py) --------------------------------------------------------------
+    async def create_tunnel(
+        self,
+        *,
+        org_id: str,
+        name: str,
+        selectors: tuple[str, ...],
+        ephemeral: bool,
+        token_lookup: str,
+        token_hash: str,
+        token_expires_at: datetime,
+    ) -> Tunnel:
+        """Conflict (field ``name``) if the organization has a tunnel of that name."""
+
+    async def get_tunnel(self, org_id: str, name: str) -> Tunnel: ...
+
+    async def list_tunnels(self, org_id: str) -> list[Tunnel]:
+        """Oldest first."""
+
+    async def set_tunnel_selectors(
+        self, org_id: str, name: str, selectors: tuple[str, ...]
+    ) -> Tunnel:
+        """Replaces the list as a whole and bumps ``selector_version``."""
+
+    async def rotate_tunnel_token(
+        self,
+        org_id: str,
+        name: str,
+        *,
+        token_lookup: str,
+        token_hash: str,
+        token_expires_at: datetime,
+    ) -> Tunnel:
+        """The old token stops matching at once (its hash is replaced)."""
+
+    async def delete_tunnel(self, org_id: str, name: str) -> Tunnel:
+        """Returns what was deleted."""
+
+    async def get_tunnel_by_token(self, token_lookup: str) -> TunnelCredential:
+        """For connector authentication: NotFound for an unknown lookup id."""

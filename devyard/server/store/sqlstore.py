@@ -42,6 +42,7 @@ from .ids import Kind, new_id
 from .instances import SqlInstances
 from .rows import utc_now
 from .scoped_tokens import SqlScopedTokens
+from .tunnels import SqlTunnels
 from .usage import SqlUsage
 
 __all__ = ["SqlStore", "utc_now"]
@@ -93,7 +94,7 @@ def _get_key(tx: Tx, org_id: str, key_id: str) -> ApiKey:
     return rows.api_key(_one(tx, sql, {"id": key_id, "org_id": org_id}, "API key", key_id))
 
 
-class SqlStore(SqlInstances, SqlAssets, SqlScopedTokens, SqlUsage):
+class SqlStore(SqlInstances, SqlTunnels, SqlAssets, SqlScopedTokens, SqlUsage):
     """The `base.Store` over a `Database`; obtain one with `open_store`."""
 
     def __init__(self, db: Database, *, clock: Callable[[], datetime] = utc_now) -> None:

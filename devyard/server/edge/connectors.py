@@ -1,0 +1,573 @@
+"""The edge's connector links: the WebSocket route ``/v1/connector_connections``.
+
+Theory of operation
+-------------------
+A connector dials this route with its tunnel token in ``Authorization: Bearer`` (an API key is
+refused: the token must be a ``dyt_`` tunnel token). The token is checked before the upgrade:
+unknown, rotated or revoked is HTTP 401 with ``{"code": "token-invalid"}``, expired is 401 with
+``{"code": "token-expired"}``, so the connector can exit with the right code without a session.
+
+After the upgrade the link is a mux session whose first stream (opened by the connector) is
+the control stream (docs/protocol.md 7): ``hello {replace}`` -> ``registered {role, tunnel,
+ephemeral, selectors, token_expires_at}``. Per tunnel there is at most one **active**
+connector; the others are **standbys**, oldest first. When the active goes (GO_AWAY, EOF, dead
+peer), the oldest standby gets ``promote`` at once. A ``hello`` with ``replace`` takes over: the
+old active gets ``error {code: replaced, permanent}`` and GO_AWAY(replaced) and is closed.
+
+The tunnels service tells the hub (`TunnelHub`) about selector changes (``config`` to every
+connector) and about the end of a token or tunnel (rotation, revocation, deletion): every
+connector of that tunnel, standbys included, gets ``error {permanent: true}`` and the matching
+GO_AWAY code, and its session is closed. A token that expires while connected is ended the same
+way; from `EXPIRY_WARNING` before expiry each connector gets ``token_expiry_warning`` daily.
+
+Data streams are opened by the edge on the active connector's session: `open_tunnel_stream`
+(``tunnel-dial``, after checking the destination against the selectors here too) and `probe`.
+
+Quick (ephemeral) tunnels: a connector that stops cleanly (``shutdown`` then GO_AWAY(connector
+clean stop)) and leaves none behind deletes the tunnel at once; a connection that is lost
+otherwise starts a timer (`quick_grace`, 10 min) in the hub's nursery, cancelled by a
+reconnect, that deletes it. Timers use trio's clock, so tests fast-forward them with a
+MockClock or a short grace.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Callable, MutableMapping
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import Any, Final, Protocol
+
+import attrs
+import trio
+
+from ...core import (
+    ControlChannel,
+    GoAwayCode,
+    OpenError,
+    RemoteProtocolError,
+    Session,
+    SessionGoneAwayError,
+    open_session,
+    request_open,
+)
+from ...core.selectors import Selector, SelectorError, matches, parse_dest, parse_selectors
+from ..store.base import Tunnel
+from ..tunnels import (
+    EXPIRY_WARNING,
+    ConnectorInfo,
+    EndReason,
+    TokenExpired,
+    TokenInvalid,
+    TunnelStatus,
+)
+from .asgi_stream import ASGIWebSocketStream, Receive, Send
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "CONNECTOR_CONNECTIONS_PATH",
+    "DEFAULT_QUICK_GRACE",
+    "ConnectorHub",
+    "TunnelDialError",
+    "TunnelDirectory",
+    "TunnelUnavailable",
+    "open_connector_hub",
+]
+
+CONNECTOR_CONNECTIONS_PATH: Final = "/v1/connector_connections"
+DEFAULT_QUICK_GRACE: Final = 600.0
+PROTO: Final = 1
+_HELLO_TIMEOUT: Final = 10.0
+_CLOSE_GRACE: Final = 2.0
+_DAY: Final = 86400.0
+_KEPT_VERSIONS: Final = 16
+_GO_AWAY: Final = {
+    EndReason.ROTATED: GoAwayCode.TOKEN_ROTATED,
+    EndReason.REVOKED: GoAwayCode.TOKEN_REVOKED,
+    EndReason.EXPIRED: GoAwayCode.TOKEN_EXPIRED,
+    EndReason.DELETED: GoAwayCode.TUNNEL_DELETED,
+}
+
+
+class TunnelUnavailable(Exception):
+    """No such tunnel is held by a connector here (missing, or offline)."""
+
+
+class TunnelDialError(Exception):
+    """The connector (or the edge's own selector check) refused a dial; ``code`` is the
+    preamble's error code (refused, timeout, nxdomain, forbidden, limit, ...)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}" if message else code)
+        self.code = code
+
+
+class TunnelDirectory(Protocol):
+    """What the hub needs of the tunnels service."""
+
+    async def authenticate(self, token: str) -> Tunnel: ...
+
+    async def delete_ephemeral(self, tunnel: Tunnel) -> bool: ...
+
+
+@attrs.define(eq=False)
+class _Connector:
+    info: ConnectorInfo
+    session: Session
+    control: ControlChannel
+    kicked: trio.Event = attrs.field(factory=trio.Event)
+    kick_code: int | None = None
+    clean_stop: bool = False
+
+    def __repr__(self) -> str:
+        return f"<connector {self.info.id} {self.info.hostname}>"
+
+
+@attrs.define(eq=False)
+class _Tunnel:
+    tunnel: Tunnel
+    active: _Connector | None = None
+    standbys: list[_Connector] = attrs.field(factory=list)
+    cleanup: trio.CancelScope | None = None
+    # Selector versions seen while the tunnel was held here, newest last (bounded): an
+    # instance attached with an older version keeps it (spec 4.6 rule 3).
+    versions: dict[int, tuple[Selector, ...]] = attrs.field(factory=dict)
+
+    def __attrs_post_init__(self) -> None:
+        self.learn(self.tunnel)
+
+    def learn(self, tunnel: Tunnel) -> None:
+        self.tunnel = tunnel
+        self.versions[tunnel.selector_version] = parse_selectors(tunnel.selectors)
+        while len(self.versions) > _KEPT_VERSIONS:
+            del self.versions[min(self.versions)]
+
+    def admits(self, version: int, host: str, port: int) -> bool:
+        selectors = self.versions.get(version, self.versions[self.tunnel.selector_version])
+        return matches(selectors, host, port)
+
+    def connectors(self) -> list[_Connector]:
+        return ([self.active] if self.active is not None else []) + list(self.standbys)
+
+
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class ConnectorHub:
+    """Implements `TunnelHub` over the live connector links; the ASGI app of the route."""
+
+    def __init__(
+        self,
+        directory: TunnelDirectory,
+        nursery: trio.Nursery,
+        *,
+        quick_grace: float = DEFAULT_QUICK_GRACE,
+        now: Callable[[], datetime] = _utc_now,
+    ) -> None:
+        self._directory = directory
+        self._nursery = nursery
+        self.quick_grace = quick_grace
+        self._now = now
+        self._tunnels: dict[str, _Tunnel] = {}  # by tunnel id
+        self._by_name: dict[tuple[str, str], str] = {}  # (org id, name) -> tunnel id
+
+    def __repr__(self) -> str:
+        return f"ConnectorHub(tunnels={len(self._tunnels)})"
+
+    # ---- what the service and the instances use ----------------------------------------------
+
+    def status(self, org_id: str, name: str) -> TunnelStatus:
+        entry = self._entry(org_id, name)
+        if entry is None:
+            return TunnelStatus()
+        return TunnelStatus(
+            active=None if entry.active is None else entry.active.info,
+            standbys=tuple(c.info for c in entry.standbys),
+        )
+
+    async def on_tunnel_changed(self, tunnel: Tunnel) -> None:
+        entry = self._tunnels.get(tunnel.id)
+        if entry is None:
+            await trio.lowlevel.checkpoint()
+            return
+        entry.learn(tunnel)
+        message = {"type": "config", "selectors": _selectors(tunnel)}
+        for connector in entry.connectors():
+            await _send_quietly(connector, message)
+
+    async def on_tunnel_ended(self, tunnel: Tunnel, reason: EndReason) -> None:
+        entry = self._tunnels.get(tunnel.id)
+        if entry is None:
+            await trio.lowlevel.checkpoint()
+            return
+        if reason is EndReason.DELETED and not entry.connectors():  # a quick tunnel's timer
+            if entry.cleanup is not None:
+                entry.cleanup.cancel()
+            self._forget(entry)
+        log.info(
+            "tunnel %s: %s, closing %d connector(s)", tunnel.name, reason, len(entry.connectors())
+        )
+        for connector in entry.connectors():
+            await self._kick(connector, str(reason), _GO_AWAY[reason], str(reason))
+
+    async def open_tunnel_stream(
+        self,
+        org_id: str,
+        tunnel_name: str,
+        dest: str,
+        instance_id: str,
+        *,
+        selector_version: int | None = None,
+    ) -> trio.abc.Stream:
+        """A stream to *dest* ("host:port") through the tunnel's active connector.
+
+        Raises TunnelUnavailable (no such tunnel here, or no active connector) and
+        TunnelDialError (the destination is outside the selectors, or the connector's dial
+        failed; ``code`` says how). The caller owns the returned stream.
+        """
+        entry = self._entry(org_id, tunnel_name)
+        if entry is None or entry.active is None:
+            raise TunnelUnavailable(f"tunnel {tunnel_name!r} is offline")
+        try:
+            host, port = parse_dest(dest)
+        except SelectorError as exc:
+            raise TunnelDialError("bad-request", str(exc)) from None
+        version = entry.tunnel.selector_version if selector_version is None else selector_version
+        if not entry.admits(version, host, port):
+            raise TunnelDialError("forbidden", f"{dest} is outside the tunnel's selectors")
+        stream = await self._open(entry)
+        try:
+            await request_open(
+                stream,
+                "tunnel-dial",
+                dest=dest,
+                selector_version=version,
+                instance_id=instance_id,
+            )
+        except OpenError as exc:
+            await trio.aclose_forcefully(stream)
+            raise TunnelDialError(exc.code, exc.message) from None
+        except (trio.BrokenResourceError, RemoteProtocolError) as exc:
+            await trio.aclose_forcefully(stream)
+            raise TunnelUnavailable(f"tunnel {tunnel_name!r}: the connector link broke") from exc
+        except BaseException:
+            await trio.aclose_forcefully(stream)
+            raise
+        return stream
+
+    async def probe(self, org_id: str, tunnel_name: str) -> bool:
+        """Whether the tunnel's active connector answers a ``probe`` stream (bound it with
+        the caller's cancel scope)."""
+        entry = self._entry(org_id, tunnel_name)
+        if entry is None or entry.active is None:
+            await trio.lowlevel.checkpoint()
+            return False
+        try:
+            stream = await self._open(entry)
+        except TunnelUnavailable:
+            return False
+        try:
+            await request_open(stream, "probe")
+        except (OpenError, trio.BrokenResourceError, trio.ClosedResourceError):
+            return False
+        except Exception:
+            log.warning("tunnel %s: malformed probe answer", tunnel_name, exc_info=True)
+            return False
+        finally:
+            await trio.aclose_forcefully(stream)
+        return True
+
+    async def _open(self, entry: _Tunnel) -> trio.abc.Stream:
+        connector = entry.active
+        if connector is None:
+            raise TunnelUnavailable(f"tunnel {entry.tunnel.name!r} is offline")
+        try:
+            return await connector.session.open_stream()
+        except (SessionGoneAwayError, trio.BrokenResourceError, trio.ClosedResourceError):
+            raise TunnelUnavailable(
+                f"tunnel {entry.tunnel.name!r}'s connector is going away"
+            ) from None
+
+    def _forget(self, entry: _Tunnel) -> None:
+        tunnel = entry.tunnel
+        if self._tunnels.get(tunnel.id) is entry:
+            del self._tunnels[tunnel.id]
+        key = (tunnel.org_id, tunnel.name)
+        if self._by_name.get(key) == tunnel.id:  # not a newer tunnel of the same name
+            del self._by_name[key]
+
+    def _entry(self, org_id: str, name: str) -> _Tunnel | None:
+        tunnel_id = self._by_name.get((org_id, name))
+        return None if tunnel_id is None else self._tunnels.get(tunnel_id)
+
+    # ---- the ASGI route --------------------------------------------------------------------
+
+    async def __call__(self, scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
+        if scope.get("type") != "websocket":
+            raise RuntimeError("the connector link route takes websocket connections only")
+        first = await receive()
+        if first.get("type") != "websocket.connect":
+            return
+        try:
+            tunnel = await self._directory.authenticate(_bearer(scope))
+        except TokenExpired:
+            await _reject(scope, send, "token-expired", "the tunnel token expired")
+            return
+        except TokenInvalid:
+            await _reject(scope, send, "token-invalid", "invalid tunnel token")
+            return
+        await send({"type": "websocket.accept"})
+        stream = ASGIWebSocketStream(receive, send)
+        try:
+            await self._serve_link(tunnel, stream)
+        except* (trio.BrokenResourceError, trio.ClosedResourceError, trio.EndOfChannel):
+            log.info("tunnel %s: a connector link was lost", tunnel.name)
+        finally:
+            await trio.aclose_forcefully(stream)
+
+    async def _serve_link(self, tunnel: Tunnel, stream: ASGIWebSocketStream) -> None:
+        async with open_session(stream, client=False) as session:
+            with trio.fail_after(_HELLO_TIMEOUT):
+                control = ControlChannel(await session.accept_stream())
+                hello = await control.receive()
+            if hello.get("type") != "hello" or hello.get("proto") != PROTO:
+                await control.send(
+                    {
+                        "type": "error",
+                        "code": "protocol-unsupported",
+                        "message": f"expected a hello with proto {PROTO}",
+                        "permanent": True,
+                    }
+                )
+                await session.aclose(GoAwayCode.PROTOCOL_ERROR)
+                return
+            connector = _Connector(
+                info=ConnectorInfo(
+                    id=str(hello.get("id", ""))[:100],
+                    hostname=str(hello.get("hostname", ""))[:255],
+                    version=str(hello.get("version", ""))[:50],
+                    os=str(hello.get("os", ""))[:50],
+                    connected_since=self._now(),
+                ),
+                session=session,
+                control=control,
+            )
+            entry = self._register(tunnel)
+            role = await self._attach(entry, connector, replace=bool(hello.get("replace")))
+            try:
+                await control.send(
+                    {
+                        "type": "registered",
+                        "role": role,
+                        "tunnel": tunnel.name,
+                        "ephemeral": tunnel.ephemeral,
+                        "selectors": _selectors(entry.tunnel),
+                        "token_expires_at": entry.tunnel.token_expires_at.isoformat(),
+                    }
+                )
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._receive_loop, entry, connector, nursery.cancel_scope)
+                    nursery.start_soon(self._expiry_watch, entry, connector)
+
+                    async def _ended() -> None:
+                        await session.wait_ended()
+                        nursery.cancel_scope.cancel()
+
+                    async def _kicked() -> None:
+                        await connector.kicked.wait()
+                        nursery.cancel_scope.cancel()
+
+                    nursery.start_soon(_ended)
+                    nursery.start_soon(_kicked)
+            finally:
+                self._detach(entry, connector)
+            if connector.kicked.is_set():
+                with trio.move_on_after(_CLOSE_GRACE, shield=True):
+                    await session.aclose(session.local_go_away or GoAwayCode.NORMAL)
+
+    def _register(self, tunnel: Tunnel) -> _Tunnel:
+        entry = self._tunnels.get(tunnel.id)
+        if entry is None:
+            entry = _Tunnel(tunnel)
+            self._tunnels[tunnel.id] = entry
+            self._by_name[(tunnel.org_id, tunnel.name)] = tunnel.id
+        else:  # the record read at authentication is the newest
+            entry.learn(tunnel)
+        if entry.cleanup is not None:  # a quick tunnel's connector is back in time
+            entry.cleanup.cancel()
+            entry.cleanup = None
+        return entry
+
+    async def _attach(self, entry: _Tunnel, connector: _Connector, *, replace: bool) -> str:
+        old = entry.active
+        if old is None:
+            entry.active = connector
+        elif replace:
+            entry.active = connector
+            log.info("tunnel %s: %r replaces %r", entry.tunnel.name, connector, old)
+            await self._kick(
+                old, "replaced", GoAwayCode.REPLACED, "another connector replaced this one"
+            )
+        else:
+            entry.standbys.append(connector)
+        role = "active" if entry.active is connector else "standby"
+        log.info("tunnel %s: %r registered as %s", entry.tunnel.name, connector, role)
+        return role
+
+    def _detach(self, entry: _Tunnel, connector: _Connector) -> None:
+        if connector in entry.standbys:
+            entry.standbys.remove(connector)
+        self._step_down(entry, connector)
+        how = " (clean stop)" if connector.clean_stop else ""
+        log.info("tunnel %s: %r left%s", entry.tunnel.name, connector, how)
+        if entry.connectors():
+            return
+        if not entry.tunnel.ephemeral or connector.kick_code == GoAwayCode.TUNNEL_DELETED:
+            self._forget(entry)
+        elif connector.clean_stop:
+            self._forget(entry)
+            self._nursery.start_soon(self._delete_quick, entry.tunnel)
+        else:  # a quick tunnel whose last connector was lost: keep it for quick_grace
+            entry.cleanup = trio.CancelScope()
+            self._nursery.start_soon(self._quick_timer, entry, entry.cleanup)
+
+    def _step_down(self, entry: _Tunnel, connector: _Connector) -> None:
+        """*connector* stops being the active one; the oldest waiting standby takes over."""
+        if entry.active is not connector:
+            return
+        entry.active = None
+        waiting = [c for c in entry.standbys if not c.kicked.is_set()]
+        if waiting:
+            promoted = waiting[0]
+            entry.standbys.remove(promoted)
+            entry.active = promoted
+            log.info("tunnel %s: %r promoted to active", entry.tunnel.name, promoted)
+            self._nursery.start_soon(_send_quietly, promoted, {"type": "promote"})
+
+    async def _kick(self, connector: _Connector, code: str, go_away: int, message: str) -> None:
+        """A permanent end: ``error``, GO_AWAY, then the link's task closes the session.
+        ``kicked`` is set last: the caller may be a task of that link (the expiry watch),
+        which the event cancels."""
+        connector.kick_code = go_away
+        with trio.move_on_after(_CLOSE_GRACE):
+            await _send_quietly(
+                connector,
+                {"type": "error", "code": code, "message": message, "permanent": True},
+            )
+        connector.session.go_away_nowait(go_away)
+        connector.kicked.set()
+
+    async def _receive_loop(
+        self, entry: _Tunnel, connector: _Connector, done: trio.CancelScope
+    ) -> None:
+        try:
+            while True:
+                message = await connector.control.receive()
+                kind = message.get("type")
+                if kind == "shutdown":  # a drain: route nothing new here, promote a standby now
+                    connector.clean_stop = True
+                    log.info("%r: draining (%s)", connector, message.get("reason"))
+                    self._step_down(entry, connector)
+                    if connector in entry.standbys:
+                        entry.standbys.remove(connector)
+                else:
+                    log.warning("%r: unknown control message %r", connector, kind)
+        except (trio.EndOfChannel, trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        if connector.session.remote_go_away == GoAwayCode.CONNECTOR_CLEAN_STOP:
+            connector.clean_stop = True
+        done.cancel()
+
+    async def _expiry_watch(self, entry: _Tunnel, connector: _Connector) -> None:
+        """Daily warnings from EXPIRY_WARNING before expiry; at expiry, the end."""
+        while True:
+            expires = entry.tunnel.token_expires_at
+            left = (expires - self._now()).total_seconds()
+            if left <= 0:
+                await self._kick(
+                    connector,
+                    str(EndReason.EXPIRED),
+                    GoAwayCode.TOKEN_EXPIRED,
+                    "the tunnel token expired",
+                )
+                return
+            if left <= EXPIRY_WARNING.total_seconds():
+                await _send_quietly(
+                    connector, {"type": "token_expiry_warning", "expires_at": expires.isoformat()}
+                )
+                await trio.sleep(min(_DAY, left))
+            else:
+                await trio.sleep(min(_DAY, left - EXPIRY_WARNING.total_seconds()))
+
+    async def _quick_timer(self, entry: _Tunnel, scope: trio.CancelScope) -> None:
+        with scope:
+            await trio.sleep(self.quick_grace)
+            if entry.connectors() or self._tunnels.get(entry.tunnel.id) is not entry:
+                return
+            self._forget(entry)
+            log.info(
+                "quick tunnel %s: no connector for %.0f s, deleting it",
+                entry.tunnel.name,
+                self.quick_grace,
+            )
+            await self._delete_quick(entry.tunnel)
+
+    async def _delete_quick(self, tunnel: Tunnel) -> None:
+        try:
+            if await self._directory.delete_ephemeral(tunnel):
+                log.info("quick tunnel %s deleted", tunnel.name)
+        except Exception:
+            log.exception("quick tunnel %s: deleting it failed", tunnel.name)
+
+
+def _selectors(tunnel: Tunnel) -> dict[str, Any]:
+    return {"version": tunnel.selector_version, "items": list(tunnel.selectors)}
+
+
+async def _send_quietly(connector: _Connector, message: dict[str, Any]) -> None:
+    try:
+        await connector.control.send(message)
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        log.info("%r: link broke while sending %s", connector, message.get("type"))
+
+
+def _bearer(scope: MutableMapping[str, Any]) -> str:
+    for name, value in scope.get("headers", []):
+        if bytes(name).lower() == b"authorization":
+            scheme, _, credential = bytes(value).decode("latin-1").partition(" ")
+            if scheme.lower() == "bearer":
+                return credential.strip()
+    return ""
+
+
+async def _reject(scope: MutableMapping[str, Any], send: Send, code: str, message: str) -> None:
+    """Refuse the upgrade with 401 and ``{"code": ...}`` (ASGI websocket.http.response)."""
+    if "websocket.http.response" in scope.get("extensions", {}):
+        body = json.dumps({"type": "unauthorized", "code": code, "message": message}).encode()
+        await send(
+            {
+                "type": "websocket.http.response.start",
+                "status": 401,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"www-authenticate", b"Bearer"),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
+        await send({"type": "websocket.http.response.body", "body": body})
+    else:
+        await send({"type": "websocket.close", "code": 1008})
+
+
+@asynccontextmanager
+async def open_connector_hub(
+    directory: TunnelDirectory, *, quick_grace: float = DEFAULT_QUICK_GRACE
+) -> AsyncIterator[ConnectorHub]:
+    """The hub for the duration of the block (its quick-tunnel timers end with it)."""
+    async with trio.open_nursery() as nursery:
+        yield ConnectorHub(directory, nursery, quick_grace=quick_grace)
+        nursery.cancel_scope.cancel()
