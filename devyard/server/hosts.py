@@ -34,6 +34,7 @@ __all__ = [
     "InstanceEvents",
     "InstanceOrder",
     "InstancePhase",
+    "InstanceRoute",
 ]
 
 
@@ -79,6 +80,8 @@ class InstanceOrder:
     spec: dict[str, Any]  # the instance's spec as the API stored it (JSON values only)
     # installed before the host reports ready: {kind, name, url, md5, launchMode, forceBundleId}
     initial_assets: tuple[dict[str, Any], ...] = ()
+    # the tunnel the instance attaches to before it is ready: {name, selectors, selector_version}
+    tunnel: dict[str, Any] | None = None
 
 
 @attrs.frozen
@@ -145,3 +148,17 @@ class InstanceDirectory(Protocol):
     def touch(self, instance_id: str) -> None:
         """Client traffic reached the instance (its inactivity timer starts again)."""
         ...
+
+    async def route(self, host_id: str, instance_id: str) -> InstanceRoute:
+        """Where an instance's egress goes. Raises InstanceAccessError (404 unknown or not on
+        this host, 410 terminated, 400 not on a tunnel)."""
+        ...
+
+
+@attrs.frozen
+class InstanceRoute:
+    """A live tunnel-attached instance, as its host's egress needs it."""
+
+    instance_id: str
+    organization_id: str
+    tunnel: str

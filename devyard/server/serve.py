@@ -111,6 +111,8 @@ async def _serve(
         tunnel_service.hub = connectors  # the service tells the edge about token/tunnel ends
         # The edge and the instances service know each other only through server/hosts.py.
         service = InstanceService(store, edge, regions=config.regions, home_region=config.region)
+        service.tunnels = connectors
+        edge.directory, edge.tunnels = service, connectors  # hosts' egress into tunnels
         if events is None:
             edge.events = service
         async with trio.open_nursery() as nursery:

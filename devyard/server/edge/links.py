@@ -25,15 +25,19 @@ from ...core import (
     ControlChannel,
     GoAwayCode,
     MuxStream,
+    RemoteProtocolError,
     Session,
     SessionBrokenError,
     SessionGoneAwayError,
     open_session,
+    read_open,
+    reject_open,
     request_open,
 )
 from ..hosts import (
     HostInfo,
     HostUnavailableError,
+    InstanceDirectory,
     InstanceEvent,
     InstanceEvents,
     InstanceOrder,
@@ -41,6 +45,7 @@ from ..hosts import (
 )
 from .asgi import bearer_token, reject_websocket
 from .asgi_stream import ASGIWebSocketStream, Receive, Send
+from .egress import TunnelPaths, serve_egress
 from .tokens import HostTokens
 
 log = logging.getLogger(__name__)
@@ -85,6 +90,9 @@ class Edge:
         self.grace = grace
         self._links: dict[str, _Link] = {}
         self._grace_scopes: dict[str, trio.CancelScope] = {}
+        # Wired by serve_server for hosts' egress streams (tunnel-attached instances).
+        self.directory: InstanceDirectory | None = None
+        self.tunnels: TunnelPaths | None = None
 
     def __repr__(self) -> str:
         return f"Edge(hosts={sorted(self._links)})"
@@ -206,6 +214,7 @@ class Edge:
                 await control.send({"type": "registered", "host_id": host_id})
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._receive_loop, link, nursery.cancel_scope)
+                    nursery.start_soon(self._accept_streams, link)
 
                     async def _replaced() -> None:
                         await link.closed.wait()
@@ -216,6 +225,31 @@ class Edge:
                 if self._links.get(host_id) is link:
                     del self._links[host_id]
                     self._nursery.start_soon(self._grace_timer, host_id)
+
+    async def _accept_streams(self, link: _Link) -> None:
+        """Streams the host opens: ``egress`` (docs/protocol.md 6), served in their own tasks."""
+        async with trio.open_nursery() as nursery:
+            while True:
+                try:
+                    stream = await link.session.accept_stream()
+                except (trio.EndOfChannel, SessionBrokenError):
+                    return
+                nursery.start_soon(self._serve_host_stream, link.host_id, stream)
+
+    async def _serve_host_stream(self, host_id: str, stream: MuxStream) -> None:
+        try:
+            with trio.fail_after(_OPEN_TIMEOUT):
+                request = await read_open(stream)
+            if request["kind"] != "egress":
+                await reject_open(stream, "bad-request", f"hosts may not open {request['kind']!r}")
+            elif self.directory is None or self.tunnels is None:
+                await reject_open(stream, "unavailable", "this server has no tunnels")
+            else:
+                await serve_egress(stream, request, host_id, self.directory, self.tunnels)
+        except (trio.TooSlowError, RemoteProtocolError, trio.BrokenResourceError) as exc:
+            log.info("host %s: a stream it opened failed: %s", host_id, exc)
+        finally:
+            await trio.aclose_forcefully(stream)
 
     async def _receive_loop(self, link: _Link, done: trio.CancelScope) -> None:
         try:

@@ -8,7 +8,7 @@ docs/instances.md records the decisions.
 from .durations import DurationTooLong, InvalidDuration, format_duration, parse_duration
 from .lifecycle import IllegalTransition, LifecycleEvent, expected_for, next_state
 from .placement import ClientLocation, NoCapacity, RegionInfo, UnknownPlacement
-from .service import EmptyRegistry, InstanceService, NewInstance
+from .service import EmptyRegistry, InstanceService, NewInstance, TunnelRejectedError
 
 __all__ = [
     "ClientLocation",
@@ -21,6 +21,7 @@ __all__ = [
     "NewInstance",
     "NoCapacity",
     "RegionInfo",
+    "TunnelRejectedError",
     "UnknownPlacement",
     "expected_for",
     "format_duration",

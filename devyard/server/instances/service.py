@@ -23,11 +23,12 @@ from __future__ import annotations
 import hmac
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any, Final, NoReturn
+from typing import Any, Final, NoReturn, Protocol
 
 import attrs
 import trio
 
+from ...core.selectors import android_compatible, parse_selectors
 from ..hosts import (
     HostInfo,
     HostRegistry,
@@ -37,6 +38,7 @@ from ..hosts import (
     InstanceEvent,
     InstanceOrder,
     InstancePhase,
+    InstanceRoute,
 )
 from ..store import errors as store_errors
 from ..store import tokens
@@ -53,6 +55,23 @@ from .placement import (
 )
 
 log = logging.getLogger(__name__)
+
+
+class TunnelStatusSource(Protocol):
+    """Whether a tunnel is held by a connector now (the edge's connector hub)."""
+
+    def status(self, org_id: str, name: str) -> Any: ...
+
+
+class TunnelRejectedError(Exception):
+    """The tunnel an instance names cannot be used; an HTTP status, reason and message."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+        self.message = message
+
 
 __all__ = ["EmptyRegistry", "InstanceService", "NewInstance"]
 
@@ -147,6 +166,7 @@ class InstanceService:
         self._ready: dict[str, trio.Event] = {}
         self._deadlines: dict[str, _Deadlines] = {}
         self._wakeup = trio.Event()
+        self.tunnels: TunnelStatusSource | None = None  # the edge's connector hub, when wired
 
     def __repr__(self) -> str:
         return f"<InstanceService {len(self._deadlines)} live>"
@@ -156,6 +176,7 @@ class InstanceService:
         self, organization: Organization, new: NewInstance, *, reuse: bool
     ) -> Instance:
         spec = normalise_spec(new.spec, organization)
+        tunnel = await self._tunnel_for(organization.id, new.platform, spec.get("tunnel"))
         request = _placement_request(new)
         hosts = self.registry.hosts()
         try:
@@ -191,6 +212,7 @@ class InstanceService:
             os_version=_os_version(spec),
             spec=spec,
             initial_assets=new.initial_assets,
+            tunnel=tunnel,
         )
         self._ready[instance.id] = trio.Event()
         hard = parse_duration("spec.hardTimeout", spec["hardTimeout"])
@@ -213,6 +235,61 @@ class InstanceService:
             raise
         await self._end(instance.id, TerminationReason.ERROR, "no host accepted the instance")
         raise NoCapacity(f"no host accepted the {new.platform.value} instance; retry later")
+
+    async def _tunnel_for(
+        self, org_id: str, platform: Platform, name: object
+    ) -> dict[str, Any] | None:
+        """The tunnel an instance names, checked before anything is created (spec 4.1 rule 3):
+        it exists, on Android every exact selector port is >= 1024, and a connector holds it
+        (the one retryable failure comes last)."""
+        if name is None:
+            return None
+        if platform not in (Platform.IOS, Platform.ANDROID):
+            raise TunnelRejectedError(400, "invalid_body", "spec.tunnel is for iOS and Android")
+        if not isinstance(name, str) or not name:
+            raise TunnelRejectedError(400, "invalid_body", "spec.tunnel must be a tunnel name")
+        try:
+            tunnel = await self._store.get_tunnel(org_id, name)
+        except store_errors.NotFound:
+            raise TunnelRejectedError(
+                404, "tunnel_not_found", f"tunnel {name!r} does not exist in this organization"
+            ) from None
+        if platform is Platform.ANDROID and not android_compatible(
+            parse_selectors(tunnel.selectors)
+        ):
+            raise TunnelRejectedError(
+                400,
+                "tunnel_selectors",
+                f"tunnel {name!r} has an exact selector port below 1024, which Android "
+                "instances cannot use: every exact selector port must be 1024 or higher",
+            )
+        if self.tunnels is None or not self.tunnels.status(org_id, name).online:
+            raise TunnelRejectedError(
+                503,
+                "tunnel_offline",
+                f"tunnel {name!r} is offline: no connector holds it (a connector that started "
+                "seconds ago can still show offline; retry)",
+            )
+        return {
+            "name": tunnel.name,
+            "selectors": list(tunnel.selectors),
+            "selector_version": tunnel.selector_version,
+        }
+
+    async def route(self, host_id: str, instance_id: str) -> InstanceRoute:
+        """`InstanceDirectory.route`: the tunnel behind a host's egress for *instance_id*."""
+        try:
+            instance = await self._store.get_instance(instance_id)
+        except store_errors.NotFound:
+            raise InstanceAccessError(404, "not_found", f"no instance {instance_id}") from None
+        if instance.host_id != host_id:
+            raise InstanceAccessError(404, "not_found", f"{instance_id} is not on this host")
+        if instance.state is InstanceState.TERMINATED:
+            raise InstanceAccessError(410, "gone", f"instance {instance_id} was terminated")
+        tunnel = instance.spec.get("tunnel")
+        if not isinstance(tunnel, str):
+            raise InstanceAccessError(400, "bad_request", f"{instance_id} is not on a tunnel")
+        return InstanceRoute(instance.id, instance.org_id, tunnel)
 
     async def _find_live(self, org_id: str, new: NewInstance, region: str) -> Instance | None:
         try:

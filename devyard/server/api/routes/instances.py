@@ -12,11 +12,18 @@ from typing import Any, Final
 import trio
 from quart import Blueprint, Response, jsonify, request
 
-from ...instances import DurationTooLong, InvalidDuration, NewInstance, NoCapacity, UnknownPlacement
+from ...instances import (
+    DurationTooLong,
+    InvalidDuration,
+    NewInstance,
+    NoCapacity,
+    TunnelRejectedError,
+    UnknownPlacement,
+)
 from ...instances.placement import ModelNotAllowed, check_model
 from ...store import errors as store_errors
 from ...store.base import Instance, InstanceState, Platform, Role
-from .._errors import BadRequest, Conflict, NotFound, Unprocessable
+from .._errors import APIError, BadRequest, Conflict, NotFound, Unavailable, Unprocessable
 from ..auth import Principal, role_at_least
 from ..context import body, params, principal, state
 from ..views import timestamp
@@ -152,6 +159,8 @@ async def create_instance() -> Response:
         raise Unprocessable(str(exc), reason="unknown_region") from exc
     except ModelNotAllowed as exc:
         raise Unprocessable(str(exc), reason="model_not_allowed") from exc
+    except TunnelRejectedError as exc:
+        raise _tunnel_error(exc) from exc
     except NoCapacity as exc:
         # 409, not 503: the server is fine, the fleet is full (clients retry 409 with backoff).
         raise Conflict(str(exc), reason="no_capacity") from exc
@@ -226,3 +235,12 @@ for _platform_value in Platform:
     blueprint.add_url_rule(_path, f"list_{_name}", list_instances, methods=["GET"])
     blueprint.add_url_rule(f"{_path}/<id>", f"get_{_name}", get_instance, methods=["GET"])
     blueprint.add_url_rule(f"{_path}/<id>", f"delete_{_name}", delete_instance, methods=["DELETE"])
+
+
+def _tunnel_error(exc: TunnelRejectedError) -> APIError:
+    """Spec 4.1 rule 3: a missing tunnel names it (404), an offline one is retryable (503)."""
+    if exc.status == 404:
+        return NotFound(exc.message, reason=exc.reason)
+    if exc.status == 503:
+        return Unavailable(exc.message, retry_after=2.0)
+    return BadRequest(exc.message, reason=exc.reason)
