@@ -36,7 +36,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Callable, MutableMapping
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Final, Protocol
 
 import attrs
@@ -54,6 +54,7 @@ from ...core import (
 )
 from ...core.selectors import Selector, SelectorError, matches, parse_dest, parse_selectors
 from ..store.base import Tunnel
+from ..store.rows import utc_now
 from ..tunnels import (
     EXPIRY_WARNING,
     ConnectorInfo,
@@ -152,10 +153,6 @@ class _Tunnel:
         return ([self.active] if self.active is not None else []) + list(self.standbys)
 
 
-def _utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
 class ConnectorHub:
     """Implements `TunnelHub` over the live connector links; the ASGI app of the route."""
 
@@ -165,7 +162,7 @@ class ConnectorHub:
         nursery: trio.Nursery,
         *,
         quick_grace: float = DEFAULT_QUICK_GRACE,
-        now: Callable[[], datetime] = _utc_now,
+        now: Callable[[], datetime] = utc_now,
     ) -> None:
         self._directory = directory
         self._nursery = nursery

@@ -17,7 +17,7 @@ import calendar
 import enum
 import re
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Final, Protocol
 
 import attrs
@@ -27,6 +27,7 @@ from ...core.selectors import SelectorError, parse_selectors
 from ..store import errors as store_errors
 from ..store import tokens
 from ..store.base import Store, Tunnel
+from ..store.rows import utc_now
 
 __all__ = [
     "DEFAULT_EXPIRY_MONTHS",
@@ -185,10 +186,6 @@ def _check_months(months: int) -> int:
     return months
 
 
-def _utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
 class TunnelService:
     """Tunnels of every organization. ``hub`` is replaced by the edge when one runs."""
 
@@ -197,7 +194,7 @@ class TunnelService:
         store: Store,
         hub: TunnelHub | None = None,
         *,
-        now: Callable[[], datetime] = _utc_now,
+        now: Callable[[], datetime] = utc_now,
     ) -> None:
         self.store = store
         self.hub: TunnelHub = hub if hub is not None else NullHub()
