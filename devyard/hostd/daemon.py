@@ -206,7 +206,7 @@ async def _serve_registered(
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_receive_orders, control, supervisor)
         nursery.start_soon(_send_events, control, supervisor)
-        nursery.start_soon(serve_streams, session, supervisor.device)
+        nursery.start_soon(serve_streams, session, supervisor.endpoint)
         await shutdown.wait()
         # Clean stop: say so, GO_AWAY first, then stop instances and report them.
         await control.send({"type": "shutdown", "reason": "host daemon stopping"})

@@ -67,6 +67,11 @@ class Supervisor:
         instance = self._instances.get(instance_id)
         return None if instance is None or instance.stop.is_set() else instance.device
 
+    def endpoint(self, instance_id: str) -> tuple[DeviceDriver, trio.Event] | None:
+        """The device of a ready instance and the event set when the instance stops."""
+        device = self.device(instance_id)
+        return None if device is None else (device, self._instances[instance_id].stop)
+
     def sandbox_of(self, instance_id: str) -> Path:
         return self.instances_dir / instance_id
 

@@ -38,7 +38,13 @@ async def edge_side(devices: dict[str, DeviceDriver]) -> AsyncIterator[Session]:
         open_session(edge_end, client=False) as edge,
         open_session(host_end, client=True) as host,
     ):
-        nursery.start_soon(serve_streams, host, devices.get)
+        stops = {name: trio.Event() for name in devices}
+
+        def lookup(instance_id: str) -> tuple[DeviceDriver, trio.Event] | None:
+            device = devices.get(instance_id)
+            return None if device is None else (device, stops[instance_id])
+
+        nursery.start_soon(serve_streams, host, lookup)
         yield edge
         nursery.cancel_scope.cancel()
 

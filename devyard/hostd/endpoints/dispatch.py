@@ -30,7 +30,8 @@ __all__ = ["serve_streams"]
 
 _PREAMBLE_TIMEOUT_S: Final = 10.0
 
-DeviceLookup = Callable[[str], DeviceDriver | None]
+#: A running instance's device and the event set when it stops (its streams end with it).
+DeviceLookup = Callable[[str], tuple[DeviceDriver, trio.Event] | None]
 
 
 async def serve_streams(session: Session, devices: DeviceLookup) -> None:
@@ -58,12 +59,26 @@ async def _serve_one(stream: MuxStream, devices: DeviceLookup) -> None:
 
 
 async def _route(stream: MuxStream, request: dict[str, Any], devices: DeviceLookup) -> None:
-    kind = request["kind"]
     instance_id = str(request.get("instance_id", ""))
-    device = devices(instance_id)
-    if device is None:
+    found = devices(instance_id)
+    if found is None:
         await reject_open(stream, "not-found", f"no instance {instance_id} runs on this host")
         return
+    device, stopped = found
+    async with trio.open_nursery() as nursery:
+
+        async def end_with_the_instance() -> None:
+            await stopped.wait()
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(end_with_the_instance)
+        await _serve_kind(stream, request, device)
+        nursery.cancel_scope.cancel()
+
+
+async def _serve_kind(stream: MuxStream, request: dict[str, Any], device: DeviceDriver) -> None:
+    kind = request["kind"]
+    instance_id = str(request.get("instance_id", ""))
     platform = device.describe().platform
     if kind == "api":
         await accept_open(stream)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import struct
 from typing import Any
@@ -91,7 +92,18 @@ async def test_viewer_page_needs_its_token(rig: Rig) -> None:
         assert bare.status_code == 401
 
 
+# When the server closes a WebSocket, trio-websocket 0.12 leaves the client's socket to the GC
+# (docs/edge.md, open points): collect it here, where its ResourceWarning is expected.
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 async def test_adb_bytes_reach_the_device(rig: Rig) -> None:
+    try:
+        await _adb_bytes_reach_the_device(rig)
+    finally:
+        gc.collect()
+
+
+async def _adb_bytes_reach_the_device(rig: Rig) -> None:
     instance = await rig.create("android")
     status = instance["status"]
     headers = [("Authorization", f"Bearer {status['token']}")]
@@ -107,6 +119,10 @@ async def test_adb_bytes_reach_the_device(rig: Rig) -> None:
                 packets = decoder.feed(await ws.get_message())
             assert packets[0].command is Command.CNXN
             assert b"device::" in packets[0].data
+            await rig.delete(instance)  # the instance ends: so does its ADB WebSocket
+            with pytest.raises(trio_websocket.ConnectionClosed):
+                while True:
+                    await ws.get_message()
 
 
 async def test_adb_refuses_the_stream_token_and_ios(rig: Rig) -> None:
