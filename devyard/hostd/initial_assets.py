@@ -16,14 +16,20 @@ import logging
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol, runtime_checkable
 
 import httpx
 import trio
 
 from .drivers import DeviceDriver, DeviceError
 
-__all__ = ["DOWNLOAD_TIMEOUT", "InitialAssetError", "install_initial_assets"]
+__all__ = [
+    "DOWNLOAD_TIMEOUT",
+    "InitialAssetError",
+    "forced_app",
+    "install_initial_assets",
+    "keep_in_foreground",
+]
 
 log = logging.getLogger(__name__)
 
@@ -76,3 +82,40 @@ async def install_initial_assets(
             log.info("installed initial app %s (%s)", app.app_id, entry.get("name"))
             if entry.get("launchMode") == "ForegroundIfRunning":
                 await device.launch(app.app_id)
+
+
+@runtime_checkable
+class ReportsForeground(Protocol):
+    """A device that can say which app is in the foreground (the virtual device can)."""
+
+    def foreground_app(self) -> str | None: ...
+
+
+def forced_app(assets: Sequence[dict[str, Any]]) -> str | None:
+    """The ``forceBundleId`` of the order's initial apps, if one asks for it."""
+    for entry in assets:
+        bundle = entry.get("forceBundleId")
+        if isinstance(bundle, str) and bundle:
+            return bundle
+    return None
+
+
+async def keep_in_foreground(device: DeviceDriver, app_id: str, *, every: float = 0.25) -> None:
+    """``forceBundleId``: once *app_id* has been in the foreground, bring it back whenever
+    something else takes its place (Home, another app, a URL). Runs until cancelled."""
+    if not isinstance(device, ReportsForeground):
+        log.warning("%s cannot report its foreground app: forceBundleId is not enforced", device)
+        return
+    entered = False
+    while True:
+        await trio.sleep(every)
+        current = device.foreground_app()
+        if current == app_id:
+            entered = True
+        elif entered:
+            log.info("%s left the foreground for %s: bringing it back", app_id, current)
+            try:
+                await device.launch(app_id)
+            except DeviceError as exc:  # uninstalled meanwhile: nothing left to keep
+                log.info("cannot bring %s back: %s", app_id, exc)
+                return

@@ -22,7 +22,7 @@ from ..core import MuxError, OpenError, Session, request_open
 from ..core.selectors import parse_selectors
 from .drivers import AndroidDevice, DeviceDriver, DeviceError, DeviceSpec, Platform, open_device
 from .egress import EgressProxy
-from .initial_assets import install_initial_assets
+from .initial_assets import forced_app, install_initial_assets, keep_in_foreground
 
 log = logging.getLogger(__name__)
 
@@ -223,6 +223,9 @@ class Supervisor:
                 if tunnel is not None:  # attached first: initial apps may need the network
                     await self._attach(instance.instance_id, device, tunnel, network)
                 await install_initial_assets(device, assets, spec.sandbox_dir / "initial-assets")
+                forced = forced_app(assets)
+                if forced is not None:
+                    network.start_soon(keep_in_foreground, device, forced)
                 instance.device = device
                 log.info("instance %s ready (%s)", instance.instance_id, spec.platform)
                 self._emit(instance.instance_id, "ready", None)
