@@ -38,6 +38,7 @@ import trio
 
 from bench._adb_rig import READY, START_TIMEOUT, RigInfo, open_rig
 from bench._procs import Child, ChildError, spawn
+from bench._results import BenchError, cpu_seconds, only_child
 
 PATHS: Final = ("direct", "bridged")
 TARGET: Final = 0.7  # bridged / direct, issue 6
@@ -51,10 +52,6 @@ ADB_DEADLINE: Final = 300.0
 _FORWARDING: Final = re.compile(r"forwarding 127\.0\.0\.1:(\d+) ")
 # adb push's own summary: "...: 1 file pushed, 0 skipped. 61.2 MB/s (67108864 bytes in 1.046s)"
 _ADB_SUMMARY: Final = re.compile(r"\((\d+) bytes in ([0-9.]+)s\)")
-
-
-class BenchError(Exception):
-    """The bench cannot go on; the message says why."""
 
 
 @dataclass(frozen=True)
@@ -87,27 +84,6 @@ class PathResult:
             "samples": [round(v, 2) for v in self.mb_per_s],
             "cpu_ms_per_mib": self.cpu(),
         }
-
-
-_TICK: Final = os.sysconf("SC_CLK_TCK")
-
-
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (Linux /proc); 0 if it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return 0.0
-    fields = stat.rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / _TICK
-
-
-def _only_child(pid: int) -> int:
-    """The one child of `pid` (the forwarder under bench/_lifeline.py)."""
-    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    if len(children) != 1:
-        raise BenchError(f"expected one child of {pid}, found {children}")
-    return int(children[0])
 
 
 def _free_port() -> int:
@@ -237,7 +213,7 @@ async def _forwarder(
         with trio.fail_after(START_TIMEOUT):
             while (match := _FORWARDING.search(await child.readline())) is None:
                 pass
-        yield int(match.group(1)), _only_child(child.pid)
+        yield int(match.group(1)), only_child(child.pid)
 
 
 async def run(settings: Settings, adb_exe: str) -> dict[str, PathResult]:
@@ -272,10 +248,10 @@ async def run(settings: Settings, adb_exe: str) -> dict[str, PathResult]:
                 order = PATHS if rep % 2 == 0 else PATHS[::-1]
                 for name in order:
                     print(f"# push {rep + 1}/{settings.reps}: {name}", file=sys.stderr)
-                    before = {p: _cpu_seconds(pid) for p, pid in pids.items()}
+                    before = {p: cpu_seconds(pid) for p, pid in pids.items()}
                     mb_s, wall = await push(adb, serials[name], payload, settings.size)
                     for p, pid in pids.items():
-                        ms = (_cpu_seconds(pid) - before[p]) * 1000 / (settings.size / (1 << 20))
+                        ms = (cpu_seconds(pid) - before[p]) * 1000 / (settings.size / (1 << 20))
                         results[name].cpu_ms_per_mib.setdefault(p, []).append(ms)
                     results[name].mb_per_s.append(mb_s)
                     results[name].wall_mb_per_s.append(wall)

@@ -22,7 +22,7 @@ import statistics
 import sys
 import tempfile
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
@@ -39,8 +39,8 @@ from bench._paths import (
     open_path,
 )
 from bench._procs import Child, ChildError, spawn
+from bench._results import PathResult
 
-METRICS: Final = ("gbps_1", "gbps_4", "opens_per_s")
 COMMAND_SLACK: Final = 30.0  # beyond warmup + duration: connects, teardown, a slow path
 
 TARGETS: Final = (
@@ -61,25 +61,6 @@ class Settings:
     rounds: int
     open_workers: int
     paths: tuple[str, ...]
-
-
-@dataclass
-class PathResult:
-    name: str
-    samples: dict[str, list[float]] = field(default_factory=lambda: {m: [] for m in METRICS})
-    notes: list[str] = field(default_factory=list)
-
-    def value(self, metric: str) -> float | None:
-        samples = self.samples[metric]
-        return statistics.median(samples) if samples else None
-
-    def note(self, text: str) -> None:
-        if text not in self.notes:
-            self.notes.append(text)
-
-    def as_json(self) -> dict[str, float | None]:
-        values = {m: self.value(m) for m in METRICS}
-        return {m: None if v is None else round(v, 3) for m, v in values.items()}
 
 
 async def _client_command(client: Child, line: str, budget: float) -> dict[str, Any]:

@@ -40,11 +40,11 @@ import trio
 
 from bench._gopeer import go_peer
 from bench._procs import Child, ChildError, spawn
+from bench._results import METRICS, BenchError, PathResult, cpu_seconds, only_child
 from bench._ssh import SshUnavailable, open_ssh_forward
 from bench._tunnel_client import Outcome, bulk, echo_once, opens
 
 PATHS: Final = ("direct", "ssh_L", "tunnel")
-METRICS: Final = ("gbps_1", "gbps_4", "opens_per_s")
 TARGET_RATIO: Final = 1.0  # tunnel.gbps_1 / ssh_L.gbps_1, issue 5
 TARGET_FAILOVER_S: Final = 2.0
 TUNNEL: Final = "bench"
@@ -53,11 +53,6 @@ FAILOVER_LIMIT: Final = 20.0
 REPO: Final = Path(__file__).resolve().parent.parent
 READY: Final = "READY "
 _METRICS_LINE: Final = re.compile(r"metrics on http://127\.0\.0\.1:(\d+)/metrics")
-_TICK: Final = os.sysconf("SC_CLK_TCK")
-
-
-class BenchError(Exception):
-    """The bench cannot go on; the message says why."""
 
 
 @dataclass(frozen=True)
@@ -67,24 +62,6 @@ class Settings:
     rounds: int
     open_workers: int
     failovers: int
-
-
-@dataclass
-class PathResult:
-    name: str
-    samples: dict[str, list[float]] = field(default_factory=lambda: {m: [] for m in METRICS})
-    notes: list[str] = field(default_factory=list)
-
-    def value(self, metric: str) -> float | None:
-        s = self.samples[metric]
-        return statistics.median(s) if s else None
-
-    def note(self, text: str) -> None:
-        if text not in self.notes:
-            self.notes.append(text)
-
-    def as_json(self) -> dict[str, float | None]:
-        return {m: None if (v := self.value(m)) is None else round(v, 3) for m in METRICS}
 
 
 @dataclass
@@ -102,23 +79,6 @@ class Run:
     failover_notes: list[str] = field(default_factory=list)
     cpu_ms_per_gb: dict[str, float] = field(default_factory=dict)  # tunnel bulk x1, by process
     connector_streams: int | None = None
-
-
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far (Linux /proc); 0 if it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return 0.0
-    fields = stat.rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / _TICK
-
-
-def _only_child(pid: int) -> int:
-    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    if len(children) != 1:
-        raise BenchError(f"expected one child of {pid}, found {children}")
-    return int(children[0])
 
 
 async def _ready(child: Child) -> dict[str, Any]:
@@ -221,7 +181,7 @@ class Rig:
                 if child.process.returncode is not None:
                     raise ChildError(f"{child.name} exited{child.tail_note()}")
                 await trio.sleep(0.05)
-        connector = Connector(child, _only_child(child.pid), int(match.group(1)))
+        connector = Connector(child, only_child(child.pid), int(match.group(1)))
         self.connectors.append(connector)
         return connector
 
@@ -306,13 +266,13 @@ async def _measure(
 ) -> None:
     """One round on one path: bulk x1, bulk x4, opens."""
     for streams in (1, 4):
-        before = {p: _cpu_seconds(pid) for p, pid in (cpu_pids or {}).items()}
+        before = {p: cpu_seconds(pid) for p, pid in (cpu_pids or {}).items()}
         out: Outcome = await trio.to_thread.run_sync(
             bulk, entry, via, streams, s.warmup, s.duration
         )
         if cpu is not None and cpu_pids and streams == 1 and out.total:
             for p, pid in cpu_pids.items():
-                ms = (_cpu_seconds(pid) - before[p]) * 1000 / (out.total / 1e9)
+                ms = (cpu_seconds(pid) - before[p]) * 1000 / (out.total / 1e9)
                 cpu.setdefault(p, []).append(ms)
         if out.errors:
             result.note(f"bulk x{streams}: {out.errors} broke ({out.last_error})")

@@ -131,13 +131,14 @@ async def test_missing_and_offline_tunnels_fail_the_create_clearly(tmp_path: Pat
 
         await rig.create("corp", [f"{PRIVATE}:{private_port}"])
         offline = await _create(rig, "corp")
-        assert offline.status_code == 503
+        assert offline.status_code == 409
+        assert offline.json()["reason"] == "tunnel_offline"
         assert offline.headers["retry-after"] == "2"
         assert "offline" in offline.json()["message"]
 
         await rig.create("low", [f"{PRIVATE}:80"])
         low = await _create(rig, "low")
-        assert low.status_code == 400  # Android: exact selector ports must be >= 1024
+        assert low.status_code == 422  # Android: exact selector ports must be >= 1024
         assert "1024" in low.json()["message"]
 
         listed = (await rig.http.get("/v1/android_instances")).json()["items"]

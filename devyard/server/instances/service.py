@@ -245,9 +245,10 @@ class InstanceService:
         if name is None:
             return None
         if platform not in (Platform.IOS, Platform.ANDROID):
-            raise TunnelRejectedError(400, "invalid_body", "spec.tunnel is for iOS and Android")
+            message = "spec.tunnel is for iOS and Android instances"
+            raise TunnelRejectedError(422, "tunnel_unsupported", message)
         if not isinstance(name, str) or not name:
-            raise TunnelRejectedError(400, "invalid_body", "spec.tunnel must be a tunnel name")
+            raise TunnelRejectedError(422, "invalid_body", "spec.tunnel must be a tunnel name")
         try:
             tunnel = await self._store.get_tunnel(org_id, name)
         except store_errors.NotFound:
@@ -258,14 +259,14 @@ class InstanceService:
             parse_selectors(tunnel.selectors)
         ):
             raise TunnelRejectedError(
-                400,
+                422,
                 "tunnel_selectors",
                 f"tunnel {name!r} has an exact selector port below 1024, which Android "
                 "instances cannot use: every exact selector port must be 1024 or higher",
             )
         if self.tunnels is None or not self.tunnels.status(org_id, name).online:
             raise TunnelRejectedError(
-                503,
+                409,
                 "tunnel_offline",
                 f"tunnel {name!r} is offline: no connector holds it (a connector that started "
                 "seconds ago can still show offline; retry)",

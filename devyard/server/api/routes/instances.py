@@ -23,7 +23,7 @@ from ...instances import (
 from ...instances.placement import ModelNotAllowed, check_model
 from ...store import errors as store_errors
 from ...store.base import Instance, InstanceState, Platform, Role
-from .._errors import APIError, BadRequest, Conflict, NotFound, Unavailable, Unprocessable
+from .._errors import APIError, BadRequest, Conflict, NotFound, Unprocessable
 from ..auth import Principal, role_at_least
 from ..context import body, params, principal, state
 from ..views import timestamp
@@ -238,9 +238,15 @@ for _platform_value in Platform:
 
 
 def _tunnel_error(exc: TunnelRejectedError) -> APIError:
-    """Spec 4.1 rule 3: a missing tunnel names it (404), an offline one is retryable (503)."""
+    """Spec 4.1 rule 3: a missing tunnel names it (404); an offline one is a retryable 409, like
+    a full fleet (with Retry-After); a tunnel the platform cannot use is 422."""
     if exc.status == 404:
         return NotFound(exc.message, reason=exc.reason)
-    if exc.status == 503:
-        return Unavailable(exc.message, retry_after=2.0)
-    return BadRequest(exc.message, reason=exc.reason)
+    if exc.status == 409:
+        return _RetryableConflict(exc.message, reason=exc.reason)
+    return Unprocessable(exc.message, reason=exc.reason)
+
+
+class _RetryableConflict(Conflict):
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": "2"}
