@@ -134,8 +134,8 @@ async def test_registry_opens_virtual_and_refuses_unknown_drivers(tmp_path: Path
     spec = DeviceSpec(Platform.ANDROID, "reg", tmp_path / "s")
     async with open_device(spec) as dev:
         assert dev.describe().driver == "virtual"
-    with pytest.raises(InvalidSpecError, match="unknown driver 'android-emulator'"):
-        open_device(spec, "android-emulator")
+    with pytest.raises(InvalidSpecError, match="unknown driver 'ios-simulator'"):
+        open_device(spec, "ios-simulator")
 
 
 async def test_closed_device_refuses_verbs(android: VirtualDevice) -> None:
