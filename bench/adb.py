@@ -22,7 +22,6 @@ import os
 import platform
 import re
 import shutil
-import signal
 import socket
 import statistics
 import sys
@@ -30,6 +29,7 @@ import tempfile
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Final
 
@@ -38,7 +38,7 @@ import trio
 
 from bench._adb_rig import READY, START_TIMEOUT, RigInfo, open_rig
 from bench._procs import Child, ChildError, spawn
-from bench._results import BenchError, cpu_seconds, only_child
+from bench._results import BenchError, cpu_seconds, only_child, run_until_signal
 
 PATHS: Final = ("direct", "bridged")
 TARGET: Final = 0.7  # bridged / direct, issue 6
@@ -288,32 +288,14 @@ def ratio(results: dict[str, PathResult]) -> float | None:
 async def _main(settings: Settings, adb_exe: str) -> int:
     """Run the bench; SIGTERM or SIGHUP end it like Ctrl-C: every child is ended on the way."""
     load_before = os.getloadavg()[0]
-    outcome: list[dict[str, PathResult]] = []
-    failure: list[str] = []
-    async with trio.open_nursery() as nursery:
-
-        async def on_signal() -> None:
-            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP) as signals:
-                async for _ in signals:
-                    nursery.cancel_scope.cancel()
-                    return
-
-        async def body() -> None:
-            try:
-                outcome.append(await run(settings, adb_exe))
-            except (BenchError, ChildError, trio.TooSlowError, httpx.HTTPError) as exc:
-                failure.append(str(exc) or type(exc).__name__)
-            nursery.cancel_scope.cancel()
-
-        nursery.start_soon(on_signal)
-        nursery.start_soon(body)
-    if failure:
-        print(f"bench adb: {failure[0]}", file=sys.stderr)
-        return 1
-    if not outcome:
-        print("bench adb: stopped by a signal; helper processes ended", file=sys.stderr)
-        return 143
-    results = outcome[0]
+    done = await run_until_signal(
+        "adb",
+        partial(run, settings, adb_exe),
+        (BenchError, ChildError, trio.TooSlowError, httpx.HTTPError),
+    )
+    if isinstance(done, int):
+        return done
+    results = done
     load_after = os.getloadavg()[0]
     print(
         f"\nbench adb: adb push of {settings.size / (1 << 20):g} MiB (random), {settings.reps} "

@@ -17,12 +17,12 @@ import argparse
 import json
 import os
 import platform
-import signal
 import statistics
 import sys
 import tempfile
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Final
 
@@ -39,7 +39,7 @@ from bench._paths import (
     open_path,
 )
 from bench._procs import Child, ChildError, spawn
-from bench._results import PathResult
+from bench._results import PathResult, run_until_signal
 
 COMMAND_SLACK: Final = 30.0  # beyond warmup + duration: connects, teardown, a slow path
 
@@ -197,32 +197,12 @@ def print_targets(results: list[PathResult]) -> None:
 async def _main(settings: Settings) -> int:
     """Run the bench; SIGTERM or SIGHUP end it like Ctrl-C: every child is ended on the way."""
     load_before = os.getloadavg()[0]
-    outcome: list[tuple[list[PathResult], dict[str, str]]] = []
-    failure: list[str] = []
-    async with trio.open_nursery() as nursery:
-
-        async def on_signal() -> None:
-            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP) as signals:
-                async for _ in signals:
-                    nursery.cancel_scope.cancel()
-                    return
-
-        async def body() -> None:
-            try:
-                outcome.append(await run(settings))
-            except (PathUnavailable, ChildError, trio.TooSlowError) as exc:
-                failure.append(str(exc) or type(exc).__name__)
-            nursery.cancel_scope.cancel()
-
-        nursery.start_soon(on_signal)
-        nursery.start_soon(body)
-    if failure:
-        print(f"bench mux: {failure[0]}", file=sys.stderr)
-        return 1
-    if not outcome:
-        print("bench mux: stopped by a signal; helper processes ended", file=sys.stderr)
-        return 143
-    results, skipped = outcome[0]
+    done = await run_until_signal(
+        "mux", partial(run, settings), (PathUnavailable, ChildError, trio.TooSlowError)
+    )
+    if isinstance(done, int):
+        return done
+    results, skipped = done
     load_after = os.getloadavg()[0]
     print(
         f"\nbench mux: loopback, {os.cpu_count()} CPUs (load average {load_before:.1f} before, "

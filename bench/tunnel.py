@@ -32,6 +32,7 @@ import tempfile
 import time
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Final
 
@@ -40,7 +41,14 @@ import trio
 
 from bench._gopeer import go_peer
 from bench._procs import Child, ChildError, spawn
-from bench._results import METRICS, BenchError, PathResult, cpu_seconds, only_child
+from bench._results import (
+    METRICS,
+    BenchError,
+    PathResult,
+    cpu_seconds,
+    only_child,
+    run_until_signal,
+)
 from bench._ssh import SshUnavailable, open_ssh_forward
 from bench._tunnel_client import Outcome, bulk, echo_once, opens
 
@@ -472,32 +480,14 @@ def summary(out: Run, settings: Settings) -> dict[str, Any]:
 async def _main(settings: Settings) -> int:
     """Run the bench; SIGTERM or SIGHUP end it like Ctrl-C: every child is ended on the way."""
     load_before = os.getloadavg()[0]
-    outcome: list[Run] = []
-    failure: list[str] = []
-    async with trio.open_nursery() as nursery:
-
-        async def on_signal() -> None:
-            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP) as signals:
-                async for _ in signals:
-                    nursery.cancel_scope.cancel()
-                    return
-
-        async def body() -> None:
-            try:
-                outcome.append(await run(settings))
-            except (BenchError, ChildError, trio.TooSlowError, httpx.HTTPError, OSError) as exc:
-                failure.append(str(exc) or type(exc).__name__)
-            nursery.cancel_scope.cancel()
-
-        nursery.start_soon(on_signal)
-        nursery.start_soon(body)
-    if failure:
-        print(f"bench tunnel: {failure[0]}", file=sys.stderr)
-        return 1
-    if not outcome:
-        print("bench tunnel: stopped by a signal; helper processes ended", file=sys.stderr)
-        return 143
-    out = outcome[0]
+    done = await run_until_signal(
+        "tunnel",
+        partial(run, settings),
+        (BenchError, ChildError, trio.TooSlowError, httpx.HTTPError, OSError),
+    )
+    if isinstance(done, int):
+        return done
+    out = done
     print(
         f"\nbench tunnel: loopback, {os.cpu_count()} CPUs (load average {load_before:.1f} "
         f"before, {os.getloadavg()[0]:.1f} after), Python {platform.python_version()}, "
