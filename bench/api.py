@@ -18,40 +18,24 @@ import argparse
 import json
 import os
 import platform
-import re
 import signal
-import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from typing import Any, Final
 
 import httpx
 import trio
 
-from devyard.server.store.pgcluster import ClusterUnavailable, temporary_cluster
+from bench._devyard import DEVYARD, postgres_url, start_devyard
 
-START_TIMEOUT: Final = 60.0
 WARMUP_S: Final = 1.0
-DEVYARD: Final = [sys.executable, "-m", "devyard"]
 
 
 def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DEVYARD_")}
     env.update(DEVYARD_RATE_LIMIT_RATE="1000000", DEVYARD_RATE_LIMIT_BURST="1000000")
     return env
-
-
-@contextmanager
-def _postgres_url() -> Iterator[str | None]:
-    """A fresh database of a throwaway cluster, or None (with the reason on stderr)."""
-    try:
-        with temporary_cluster() as cluster:
-            yield cluster.create_database("bench_api")
-    except ClusterUnavailable as exc:
-        print(f"bench api: skipping PostgreSQL: {exc}", file=sys.stderr)
-        yield None
 
 
 async def _bootstrap(store_flags: list[str]) -> str:
@@ -63,29 +47,6 @@ async def _bootstrap(store_flags: list[str]) -> str:
     )
     key: str = result.stdout.decode().splitlines()[-1].strip()
     return key
-
-
-async def _start_server(nursery: trio.Nursery, store_flags: list[str]) -> tuple[trio.Process, str]:
-    process = await trio.lowlevel.open_process(
-        [*DEVYARD, "server", *store_flags, "--listen", "127.0.0.1:0", "--log-level", "warning"],
-        stdout=subprocess.PIPE,
-        env=_env(),
-    )
-    assert process.stdout is not None
-    buffer = b""
-    with trio.fail_after(START_TIMEOUT):
-        while (match := re.search(rb"serving at (http://\S+)", buffer)) is None:
-            chunk = await process.stdout.receive_some(4096)
-            if not chunk:
-                raise RuntimeError("devyard server exited before serving")
-            buffer += chunk
-    nursery.start_soon(_drain, process.stdout)
-    return process, match.group(1).decode()
-
-
-async def _drain(stream: trio.abc.ReceiveStream) -> None:
-    while await stream.receive_some(4096):
-        pass
 
 
 async def _load(url: str, key: str, path: str, concurrency: int, duration: float) -> dict[str, Any]:
@@ -114,7 +75,11 @@ async def _load(url: str, key: str, path: str, concurrency: int, duration: float
 async def _measure(store_flags: list[str], args: argparse.Namespace) -> dict[str, Any]:
     key = await _bootstrap(store_flags)
     async with trio.open_nursery() as nursery:
-        process, url = await _start_server(nursery, store_flags)
+        process, url = await start_devyard(
+            nursery,
+            ["server", *store_flags, "--listen", "127.0.0.1:0", "--log-level", "warning"],
+            _env(),
+        )
         try:
             headers = {"Authorization": f"Bearer {key}"}
             async with httpx.AsyncClient(base_url=url, headers=headers) as http:
@@ -162,7 +127,7 @@ def main(argv: list[str]) -> int:
             data_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-api-"))
             flags = ["--data-dir", data_dir]
             if backend == "postgres":
-                url = stack.enter_context(_postgres_url())
+                url = stack.enter_context(postgres_url("api"))
                 if url is None:
                     results[backend] = None
                     continue

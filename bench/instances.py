@@ -32,14 +32,12 @@ import argparse
 import json
 import os
 import platform
-import re
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable
+from contextlib import ExitStack
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
@@ -47,15 +45,13 @@ from typing import Any, Final
 import httpx
 import trio
 
+from bench._devyard import START_TIMEOUT, postgres_url, start_devyard
 from devyard.server.store import open_store
 from devyard.server.store.database import Tx
 from devyard.server.store.ids import new_ulid
 from devyard.server.store.instances import labels_key
-from devyard.server.store.pgcluster import ClusterUnavailable, temporary_cluster
 from devyard.server.store.sqlstore import SqlStore
 
-START_TIMEOUT: Final = 60.0
-DEVYARD: Final = [sys.executable, "-m", "devyard"]
 TENANTS: Final = 20
 INSERT_BATCH: Final = 2000
 REGION: Final = "local"
@@ -66,40 +62,6 @@ def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DEVYARD_")}
     env.update(DEVYARD_RATE_LIMIT_ENABLED="false")
     return env
-
-
-@contextmanager
-def _postgres_url() -> Iterator[str | None]:
-    """A fresh database of a throwaway cluster, or None (with the reason on stderr)."""
-    try:
-        with temporary_cluster() as cluster:
-            yield cluster.create_database("bench_instances")
-    except ClusterUnavailable as exc:
-        print(f"bench instances: skipping PostgreSQL: {exc}", file=sys.stderr)
-        yield None
-
-
-async def _start_up(nursery: trio.Nursery, flags: list[str]) -> tuple[trio.Process, str]:
-    process = await trio.lowlevel.open_process(
-        [*DEVYARD, "up", *flags, "--port", "0", "--log-level", "warning"],
-        stdout=subprocess.PIPE,
-        env=_env(),
-    )
-    assert process.stdout is not None
-    buffer = b""
-    with trio.fail_after(START_TIMEOUT):
-        while (match := re.search(rb"serving at (http://\S+)", buffer)) is None:
-            chunk = await process.stdout.receive_some(4096)
-            if not chunk:
-                raise RuntimeError("devyard up exited before serving")
-            buffer += chunk
-    nursery.start_soon(_drain, process.stdout)
-    return process, match.group(1).decode()
-
-
-async def _drain(stream: trio.abc.ReceiveStream) -> None:
-    while await stream.receive_some(4096):
-        pass
 
 
 async def _stop(process: trio.Process) -> None:
@@ -227,7 +189,9 @@ async def _lists(http: httpx.AsyncClient, repeat: int, rare_user: str) -> dict[s
 
 async def _measure(flags: list[str], target: str, args: argparse.Namespace) -> dict[str, Any]:
     async with trio.open_nursery() as nursery:
-        process, url = await _start_up(nursery, flags)
+        process, url = await start_devyard(
+            nursery, ["up", *flags, "--port", "0", "--log-level", "warning"], _env()
+        )
         try:
             key = (Path(flags[1]) / "admin-api-key").read_text().strip()
             headers = {"Authorization": f"Bearer {key}"}
@@ -307,7 +271,7 @@ def main(argv: list[str]) -> int:
             flags = ["--data-dir", data_dir]
             target = str(Path(data_dir) / "devyard.sqlite3")
             if backend == "postgres":
-                url = stack.enter_context(_postgres_url())
+                url = stack.enter_context(postgres_url("instances"))
                 if url is None:
                     results[backend] = None
                     continue
