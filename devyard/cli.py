@@ -57,6 +57,7 @@ def _server_config(
         "database_url": getattr(args, "database_url", None),
         "public_url": getattr(args, "public_url", None),
         "listen": getattr(args, "listen", None),
+        "link_listen": getattr(args, "link_listen", None),
     }
     return load_server_config(
         flags=flags,
@@ -157,6 +158,11 @@ def _add_server_commands(sub: Sub) -> None:
     _add_server_options(server, data_dir_help="where state lives (env DEVYARD_DATA_DIR)")
     server.add_argument("--listen", metavar="HOST:PORT", help="default 127.0.0.1:8080")
     server.add_argument("--public-url", metavar="URL", help="base URL clients use")
+    server.add_argument(
+        "--link-listen",
+        metavar="HOST:PORT",
+        help="also take raw (non-WebSocket) host and connector links here (docs/edge.md)",
+    )
 
     admin = sub.add_parser("admin", help="operator commands with direct store access")
     admin_sub = admin.add_subparsers(dest="admin_command", metavar="COMMAND", required=True)

@@ -38,6 +38,15 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
+def parse_link(text: str) -> str:
+    from ..core.transports import check_link_url  # noqa: PLC0415
+
+    try:
+        return check_link_url(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _secret(path: str | None, env: Mapping[str, str], env_name: str, what: str) -> str | None:
     if path is not None:
         try:
@@ -71,7 +80,11 @@ def _run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         return _USAGE
     _logging(args.log_level)
     config = ConnectorConfig(
-        server_url=args.server, token=token, replace=args.replace, grace=args.grace
+        server_url=args.server,
+        token=token,
+        replace=args.replace,
+        grace=args.grace,
+        link=args.link,
     )
     return trio.run(lambda: run_connector(config, metrics_listen=args.metrics, err=sys.stderr))
 
@@ -90,7 +103,9 @@ def _quick(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         )
         return _USAGE
     _logging(args.log_level)
-    config = ConnectorConfig(server_url=args.server, token="", replace=False, grace=args.grace)
+    config = ConnectorConfig(
+        server_url=args.server, token="", replace=False, grace=args.grace, link=args.link
+    )
     return trio.run(
         lambda: run_quick(
             config,
@@ -105,6 +120,13 @@ def _quick(args: argparse.Namespace, env: Mapping[str, str]) -> int:
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--server", required=True, metavar="URL", help="the server's base URL")
+    parser.add_argument(
+        "--link",
+        type=parse_link,
+        metavar="URL",
+        help="hold the link on the server's raw link port (tcp://HOST:PORT or tls://HOST:PORT) "
+        "instead of the WebSocket on --server",
+    )
     parser.add_argument(
         "--metrics",
         type=parse_listen,

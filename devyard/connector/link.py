@@ -33,7 +33,6 @@ import socket
 import sys
 from collections import OrderedDict
 from typing import Any, Final
-from urllib.parse import urlsplit
 
 import attrs
 import trio
@@ -45,6 +44,7 @@ from ..core import (
     ControlChannel,
     GoAwayCode,
     Session,
+    UpgradeRejected,
     accept_open,
     open_session,
     open_transport,
@@ -53,6 +53,7 @@ from ..core import (
     splice,
 )
 from ..core.selectors import Selector, SelectorError, matches, parse_dest, parse_selectors
+from ..core.transports import link_url
 from ._errors import (
     LinkLostError,
     find_in_group,
@@ -88,12 +89,11 @@ class ConnectorConfig:
     hostname: str = attrs.field(factory=socket.gethostname)
     connector_id: str = attrs.field(factory=_connector_id)
     backoff_base: float = 1.0
+    link: str | None = None  # --link: a raw link port (tcp:// or tls://) or a WebSocket base
 
     @property
     def link_url(self) -> str:
-        parts = urlsplit(self.server_url)
-        scheme = {"http": "ws", "https": "wss"}.get(parts.scheme, parts.scheme)
-        return f"{scheme}://{parts.netloc}{parts.path.rstrip('/')}{CONNECTOR_CONNECTIONS_PATH}"
+        return link_url(self.server_url, CONNECTOR_CONNECTIONS_PATH, self.link)
 
 
 @attrs.define
@@ -343,7 +343,7 @@ def _raise_for_error(message: dict[str, Any]) -> None:
     raise LinkLostError(f"{code}: {text}")
 
 
-def _rejected(exc: trio_websocket.ConnectionRejected) -> Exception:
+def _rejected(exc: trio_websocket.ConnectionRejected | UpgradeRejected) -> Exception:
     if exc.status_code == 401:
         code = "token-invalid"
         try:
@@ -363,13 +363,14 @@ async def _run_link(
     shutdown: trio.Event,
 ) -> None:
     headers = [(b"authorization", f"Bearer {config.token}".encode())]
+    log.debug("connector=%s dialling %s", config.connector_id, config.link_url)
     try:
         async with (
             open_transport(config.link_url, extra_headers=headers) as transport,
             open_session(transport, client=True) as session,
         ):
             await _Link(config, metrics, selectors, session).run(backoff, shutdown)
-    except trio_websocket.ConnectionRejected as exc:
+    except (trio_websocket.ConnectionRejected, UpgradeRejected) as exc:
         raise _rejected(exc) from None
 
 

@@ -108,6 +108,7 @@ async def run_quick(
             grace=config.grace,
             hostname=config.hostname,
             backoff_base=config.backoff_base,
+            link=config.link,
         ),
         metrics_listen=metrics_listen,
         err=err,

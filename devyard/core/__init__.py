@@ -34,6 +34,7 @@ from .splice import SpliceResult, splice
 from .state import StreamState
 from .stream import MuxStream
 from .transports import MessageStream, WebSocketStream, open_transport
+from .upgrade import UpgradeRejected, UpgradeRequest, accept_upgrade
 
 __all__ = [
     "DEFAULT_CONFIG",
@@ -62,8 +63,11 @@ __all__ = [
     "StreamRefusedError",
     "StreamResetError",
     "StreamState",
+    "UpgradeRejected",
+    "UpgradeRequest",
     "WebSocketStream",
     "accept_open",
+    "accept_upgrade",
     "encode_relay",
     "open_session",
     "open_transport",

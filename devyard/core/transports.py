@@ -20,12 +20,16 @@ from urllib.parse import urlsplit
 import trio
 import trio_websocket
 
+from .upgrade import dial_upgrade
+
 __all__ = [
     "WS_MAX_MESSAGE",
     "WS_MAX_SEND",
     "WS_RECEIVE_BUFFER",
     "MessageStream",
     "WebSocketStream",
+    "check_link_url",
+    "link_url",
     "open_transport",
 ]
 
@@ -125,6 +129,28 @@ class WebSocketStream(MessageStream):
         await self.connection.aclose()
 
 
+_LINK_SCHEMES: Final = ("tcp", "tls", "ws", "wss")
+
+
+def check_link_url(url: str) -> str:
+    """*url* if it can be a link's ``--link`` (``tcp|tls|ws|wss://HOST:PORT``), else ValueError."""
+    parts = urlsplit(url)
+    if parts.scheme not in _LINK_SCHEMES or not parts.hostname:
+        raise ValueError(f"expected tcp://, tls://, ws:// or wss://HOST:PORT, got {url!r}")
+    if parts.scheme in ("tcp", "tls") and (parts.port is None or parts.path not in ("", "/")):
+        raise ValueError(f"a raw link URL is just tcp|tls://HOST:PORT, got {url!r}")
+    return url.rstrip("/")
+
+
+def link_url(server_url: str, path: str, link: str | None = None) -> str:
+    """Where a link to *path* dials: *link* (a raw link port, or a WebSocket base) when given,
+    else the server's base URL with ``http(s)`` turned into ``ws(s)``."""
+    base = link if link is not None else server_url
+    parts = urlsplit(base)
+    scheme = {"http": "ws", "https": "wss"}.get(parts.scheme, parts.scheme)
+    return f"{scheme}://{parts.netloc}{parts.path.rstrip('/')}{path}"
+
+
 @asynccontextmanager
 async def open_transport(
     url: str,
@@ -135,7 +161,9 @@ async def open_transport(
     """Dial `tcp://host:port`, `tls://host:port`, `ws://...` or `wss://...`; close on exit.
 
     WebSocket URLs may carry a path; `extra_headers` go on the upgrade request (credentials go
-    here, never in the URL).
+    here, never in the URL). A `tcp://` or `tls://` URL with a path is a raw link: the upgrade
+    handshake of `devyard.core.upgrade` first (`UpgradeRejected` on a refusal), then bare
+    frames; without a path the stream is bare from the start.
     """
     parts = urlsplit(url)
     scheme = parts.scheme
@@ -153,6 +181,10 @@ async def open_transport(
                 host, parts.port, ssl_context=ssl_context or ssl.create_default_context()
             )
         try:
+            if parts.path not in ("", "/"):
+                target = parts.path + (f"?{parts.query}" if parts.query else "")
+                netloc = host if parts.port is None else f"{host}:{parts.port}"
+                stream = await dial_upgrade(stream, host=netloc, path=target, headers=extra_headers)
             yield stream
         finally:
             await trio.aclose_forcefully(stream)

@@ -16,6 +16,15 @@ __all__ = ["add_commands"]
 DEFAULT_HOSTD_DATA_DIR: Final = "./hostd-data"
 
 
+def _parse_link(text: str) -> str:
+    from ..core.transports import check_link_url  # noqa: PLC0415
+
+    try:
+        return check_link_url(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _run_hostd(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     import trio  # noqa: PLC0415
 
@@ -48,6 +57,7 @@ def _run_hostd(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         data_dir=Path(args.data_dir),
         capacity=args.capacity,
         drivers=drivers,
+        link=args.link,
     )
     return trio.run(lambda: run_hostd(config, err=sys.stderr))
 
@@ -60,6 +70,13 @@ def add_commands(sub: Sub) -> None:
         "instances the server places here. Reconnects with backoff; a refused token exits 3.",
     )
     hostd.add_argument("--server", required=True, metavar="URL", help="the server's base URL")
+    hostd.add_argument(
+        "--link",
+        type=_parse_link,
+        metavar="URL",
+        help="link on the server's raw link port (tcp://HOST:PORT or tls://HOST:PORT) "
+        "instead of the WebSocket on --server",
+    )
     hostd.add_argument(
         "--token-file", required=True, metavar="FILE", help="file holding the host token"
     )

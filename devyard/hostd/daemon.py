@@ -18,14 +18,21 @@ import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Final, TextIO
-from urllib.parse import urlsplit
 
 import attrs
 import trio
 import trio_websocket
 
 from .. import __version__
-from ..core import Backoff, ControlChannel, Session, open_session, open_transport
+from ..core import (
+    Backoff,
+    ControlChannel,
+    Session,
+    UpgradeRejected,
+    open_session,
+    open_transport,
+)
+from ..core.transports import link_url
 from .endpoints import serve_streams
 from .supervisor import Supervisor
 
@@ -68,12 +75,11 @@ class HostdConfig:
     drivers: tuple[str, ...] = ("virtual",)
     hostname: str = attrs.field(factory=socket.gethostname)
     backoff_base: float = 1.0
+    link: str | None = None  # --link: a raw link port (tcp:// or tls://) or a WebSocket base
 
     @property
     def link_url(self) -> str:
-        parts = urlsplit(self.server_url)
-        scheme = {"http": "ws", "https": "wss"}.get(parts.scheme, parts.scheme)
-        return f"{scheme}://{parts.netloc}{parts.path.rstrip('/')}{HOST_CONNECTIONS_PATH}"
+        return link_url(self.server_url, HOST_CONNECTIONS_PATH, self.link)
 
     @property
     def platforms(self) -> list[str]:
@@ -154,7 +160,7 @@ async def _run_link(
             open_session(transport, client=True) as session,
         ):
             await _run_session(config, supervisor, backoff, shutdown, session)
-    except trio_websocket.ConnectionRejected as exc:
+    except (trio_websocket.ConnectionRejected, UpgradeRejected) as exc:
         if exc.status_code in (401, 403):
             raise PermanentLinkError(
                 f"the server refused the host token (HTTP {exc.status_code}); "

@@ -14,6 +14,10 @@ Keys (file key / environment variable):
     regions             DEVYARD_REGIONS             regions placement knows (below; env: JSON)
     max_body_bytes      DEVYARD_MAX_BODY_BYTES      largest accepted request body
     shutdown_grace      DEVYARD_SHUTDOWN_GRACE      seconds in-flight requests get on shutdown
+    link_listen         DEVYARD_LINK_LISTEN         HOST:PORT for raw host/connector links; unset
+                                                    = off (links use the API port's WebSockets)
+    link_tls_cert       DEVYARD_LINK_TLS_CERT       PEM certificate chain: raw links are TLS
+    link_tls_key        DEVYARD_LINK_TLS_KEY        its PEM private key (required with the cert)
     [rate_limit]
     enabled             DEVYARD_RATE_LIMIT_ENABLED  per-API-key token bucket on or off
     rate                DEVYARD_RATE_LIMIT_RATE     tokens per second
@@ -119,6 +123,9 @@ class ServerConfig:
     max_body_bytes: int = 1024 * 1024
     shutdown_grace: float = 10.0
     rate_limit: RateLimitConfig = RateLimitConfig()
+    link_listen: ListenAddress | None = None
+    link_tls_cert: Path | None = None
+    link_tls_key: Path | None = None
 
     @property
     def base_url(self) -> str:
@@ -304,6 +311,9 @@ _PARSERS: Final[dict[str, Callable[[object], Any]]] = {
     "regions": _parse_regions,
     "max_body_bytes": _positive_int,
     "shutdown_grace": _non_negative_float,
+    "link_listen": _parse_listen,
+    "link_tls_cert": _path,
+    "link_tls_key": _path,
     "rate_limit.enabled": _bool,
     "rate_limit.rate": _positive_float,
     "rate_limit.burst": _positive_int,
@@ -386,4 +396,8 @@ def load_server_config(
     }
     rate_limit = RateLimitConfig(**limits)
     top: dict[str, Any] = {k: v for k, v in values.items() if "." not in k}
+    if ("link_tls_cert" in top) != ("link_tls_key" in top):
+        raise ConfigError("link_tls_cert and link_tls_key go together (set both or neither)")
+    if "link_tls_cert" in top and "link_listen" not in top:
+        raise ConfigError("link_tls_cert needs link_listen (the raw link port it secures)")
     return ServerConfig(rate_limit=rate_limit, **top)

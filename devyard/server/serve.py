@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from functools import partial
@@ -27,6 +28,7 @@ from .edge import DEFAULT_HOST_GRACE, HOST_CONNECTIONS_PATH, HOST_TOKENS_FILE, H
 from .edge.connectors import CONNECTOR_CONNECTIONS_PATH, DEFAULT_QUICK_GRACE, open_connector_hub
 from .edge.gateway import INSTANCES_PREFIX, InstanceGateway
 from .edge.links import LoggingInstanceEvents
+from .edge.rawlinks import LinkApp, serve_raw_links
 from .hosts import InstanceEvents
 from .store import Store, open_store
 
@@ -115,13 +117,29 @@ async def _serve(
         edge.directory, edge.tunnels = service, connectors  # hosts' egress into tunnels
         if events is None:
             edge.events = service
+        links: dict[str, LinkApp] = {
+            HOST_CONNECTIONS_PATH: edge,
+            CONNECTOR_CONNECTIONS_PATH: connectors,
+        }
         async with trio.open_nursery() as nursery:
             await nursery.start(service.run)
+            link_port = None
+            if config.link_listen is not None:
+                link_port = await nursery.start(
+                    partial(
+                        serve_raw_links,
+                        config.link_listen.host,
+                        config.link_listen.port,
+                        links,
+                        ssl_context=_link_tls(config),
+                    )
+                )
             await serve_api(
                 store,
                 config,
                 shutdown_trigger=shutdown_trigger,
-                websockets={HOST_CONNECTIONS_PATH: edge, CONNECTOR_CONNECTIONS_PATH: connectors},
+                websockets=dict(links),
+                link_port=link_port,
                 prefixes={INSTANCES_PREFIX: InstanceGateway(edge, service)},
                 hosts=edge,
                 instance_service=service,
@@ -145,6 +163,14 @@ async def _watch_signals(
         shutdown.set()
 
 
+def _link_tls(config: ServerConfig) -> ssl.SSLContext | None:
+    if config.link_tls_cert is None or config.link_tls_key is None:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(config.link_tls_cert, config.link_tls_key)
+    return context
+
+
 def _say(out: TextIO, text: str) -> None:
     print(text, file=out, flush=True)
 
@@ -153,6 +179,9 @@ def _banner(
     out: TextIO, bound: BoundServer, config: ServerConfig, first: FirstStart | None
 ) -> None:
     _say(out, f"devyard is serving at {bound.base_url}")
+    if bound.link_port is not None and config.link_listen is not None:
+        scheme = "tls" if config.link_tls_cert is not None else "tcp"
+        _say(out, f"raw links at {scheme}://{config.link_listen.host}:{bound.link_port}")
     if first is None:
         return
     if first.new_key is not None:

@@ -85,6 +85,7 @@ class Rig:
     nursery: trio.Nursery
     config: ServerConfig
     connectors: list[Connector] = attrs.Factory(list)
+    raw: bool = False  # connectors hold their link on the raw link port (--link tcp://...)
 
     @property
     def url(self) -> str:
@@ -116,6 +117,7 @@ class Rig:
                 str(token_file),
                 "--log-level",
                 "debug",
+                *(["--link", f"tcp://127.0.0.1:{self.bound.link_port}"] if self.raw else []),
                 *args,
             ],
             stdout=subprocess.DEVNULL,
@@ -168,9 +170,15 @@ async def http_get_over(stream: trio.abc.Stream, host: str) -> bytes:
 
 
 @asynccontextmanager
-async def open_rig(tmp_path: Path, *, quick_grace: float = 600.0) -> AsyncIterator[Rig]:
+async def open_rig(
+    tmp_path: Path, *, quick_grace: float = 600.0, raw: bool = False
+) -> AsyncIterator[Rig]:
     server_dir = tmp_path / "server"
-    config = ServerConfig(data_dir=server_dir, listen=ListenAddress("127.0.0.1", 0))
+    config = ServerConfig(
+        data_dir=server_dir,
+        listen=ListenAddress("127.0.0.1", 0),
+        link_listen=ListenAddress("127.0.0.1", 0) if raw else None,
+    )
     async with open_configured_store(config) as store:
         boot = await bootstrap_organization(store, org_name="acme", user_name="alice")
     (tmp_path / "connectors").mkdir()
@@ -193,6 +201,7 @@ async def open_rig(tmp_path: Path, *, quick_grace: float = 600.0) -> AsyncIterat
                 tmp=tmp_path / "connectors",
                 nursery=nursery,
                 config=config,
+                raw=raw,
             )
             try:
                 yield rig

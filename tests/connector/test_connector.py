@@ -83,6 +83,33 @@ async def test_a_tunnel_stream_reaches_a_loopback_sink_through_the_connector(
             await rig.wait_status("corp", lambda r: r["status"] == "offline")
 
 
+async def test_the_raw_link_port_carries_streams_and_permanent_ends(tmp_path: Path) -> None:
+    """``--link tcp://...``: the same registration, data streams, refusals and exit codes."""
+    async with open_rig(tmp_path, raw=True) as rig:
+        with trio.fail_after(30):
+            dest = f"127.0.0.1:{rig.sink_port}"
+            token = await rig.create("corp", [dest])
+            active = await rig.start(token)
+            await active.wait_for(r"registered as active")
+            standby = await rig.start(token)
+            await standby.wait_for(r"registered as standby")
+            stream = await rig.hub.open_tunnel_stream(rig.org_id, "corp", dest, "android_x")
+            assert (await http_get_over(stream, dest)).endswith(SINK_BODY)
+            await stream.aclose()
+
+            rotated = (await rig.http.post("/v1/tunnels/corp/rotate")).json()["token"]
+            with trio.fail_after(10):
+                assert await active.exit_code() == EXIT_TOKEN_ROTATED
+                assert await standby.exit_code() == EXIT_TOKEN_ROTATED
+            stale = await rig.start(token)  # refused before the upgrade: 401 and its code
+            with trio.fail_after(10):
+                assert await stale.exit_code() == EXIT_TOKEN_INVALID
+            assert token not in stale.text() and "token-invalid" in stale.text()
+            fresh = await rig.start(rotated)
+            await fresh.wait_for(r"registered as active")
+            assert "tcp://127.0.0.1" in fresh.text()
+
+
 async def test_the_standby_takes_over_when_the_active_is_killed(tmp_path: Path) -> None:
     async with open_rig(tmp_path) as rig:
         with trio.fail_after(40):

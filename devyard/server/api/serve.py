@@ -53,6 +53,7 @@ class BoundServer:
     port: int
     hosts: HostRegistry | None = None  # the edge's host links, when the server runs an edge
     tunnels: TunnelConnections | None = None  # the edge's connector links, if any
+    link_port: int | None = None  # the raw link listener's port, when link_listen is set
 
 
 class ShieldedSend:
@@ -137,6 +138,7 @@ async def serve_api(
     instance_service: InstanceService | None = None,
     tunnel_service: TunnelService | None = None,
     tunnels: TunnelConnections | None = None,
+    link_port: int | None = None,
     task_status: trio.TaskStatus[BoundServer] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the control API over *store* (owned by the caller) until shut down.
@@ -165,7 +167,12 @@ async def serve_api(
         # With port 0 the configured listen address does not say where clients go: the bind does.
         base_url = attrs.evolve(config, listen=ListenAddress(config.listen.host, port)).base_url
         bound = BoundServer(
-            local_url=local_url, base_url=base_url, port=port, hosts=hosts, tunnels=tunnels
+            local_url=local_url,
+            base_url=base_url,
+            port=port,
+            hosts=hosts,
+            tunnels=tunnels,
+            link_port=link_port,
         )
         log.info("control API listening on %s (base URL %s)", local_url, base_url)
         task_status.started(bound)

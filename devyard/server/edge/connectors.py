@@ -63,7 +63,7 @@ from ..tunnels import (
     TokenInvalid,
     TunnelStatus,
 )
-from .asgi_stream import ASGIWebSocketStream, Receive, Send
+from .asgi_stream import Receive, Send, accept_link_stream
 
 log = logging.getLogger(__name__)
 
@@ -316,8 +316,7 @@ class ConnectorHub:
         except TokenInvalid:
             await _reject(scope, send, "token-invalid", "invalid tunnel token")
             return
-        await send({"type": "websocket.accept"})
-        stream = ASGIWebSocketStream(receive, send)
+        stream = await accept_link_stream(scope, receive, send)
         try:
             await self._serve_link(tunnel, stream)
         except* (trio.BrokenResourceError, trio.ClosedResourceError, trio.EndOfChannel):
@@ -325,7 +324,7 @@ class ConnectorHub:
         finally:
             await trio.aclose_forcefully(stream)
 
-    async def _serve_link(self, tunnel: Tunnel, stream: ASGIWebSocketStream) -> None:
+    async def _serve_link(self, tunnel: Tunnel, stream: trio.abc.Stream) -> None:
         async with open_session(stream, client=False) as session:
             with trio.fail_after(_HELLO_TIMEOUT):
                 control = ControlChannel(await session.accept_stream())

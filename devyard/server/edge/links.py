@@ -44,7 +44,7 @@ from ..hosts import (
     InstancePhase,
 )
 from .asgi import bearer_token, reject_websocket
-from .asgi_stream import ASGIWebSocketStream, Receive, Send
+from .asgi_stream import Receive, Send, accept_link_stream
 from .egress import TunnelPaths, serve_egress
 from .tokens import HostTokens
 
@@ -165,8 +165,7 @@ class Edge:
         if host_id is None:
             await reject_websocket(scope, send, 401, "invalid host token", "unauthorized")
             return
-        await send({"type": "websocket.accept"})
-        stream = ASGIWebSocketStream(receive, send)
+        stream = await accept_link_stream(scope, receive, send)
         try:
             await self._serve_link(host_id, stream)
         except* (trio.BrokenResourceError, trio.ClosedResourceError, trio.EndOfChannel):
@@ -181,7 +180,7 @@ class Edge:
             return None
         return await trio.to_thread.run_sync(self._tokens.verify, token)
 
-    async def _serve_link(self, host_id: str, stream: ASGIWebSocketStream) -> None:
+    async def _serve_link(self, host_id: str, stream: trio.abc.Stream) -> None:
         async with open_session(stream, client=False) as session:
             with trio.fail_after(_HELLO_TIMEOUT):
                 control = ControlChannel(await session.accept_stream())

@@ -25,6 +25,17 @@ def test_defaults_need_only_a_data_dir(tmp_path: Path) -> None:
     assert config.rate_limit.enabled
 
 
+def test_the_raw_link_port_is_off_unless_configured(tmp_path: Path) -> None:
+    assert load_server_config(flags={"data_dir": str(tmp_path)}).link_listen is None
+    config = load_server_config(
+        flags={"data_dir": str(tmp_path)},
+        env={"DEVYARD_LINK_LISTEN": "0.0.0.0:7443", "DEVYARD_LINK_TLS_CERT": "/c.pem"}
+        | {"DEVYARD_LINK_TLS_KEY": "/k.pem"},
+    )
+    assert config.link_listen == ListenAddress("0.0.0.0", 7443)
+    assert (config.link_tls_cert, config.link_tls_key) == (Path("/c.pem"), Path("/k.pem"))
+
+
 def test_missing_data_dir_is_an_error() -> None:
     with pytest.raises(ConfigError, match="data_dir is required"):
         load_server_config()
@@ -71,6 +82,9 @@ def test_the_file_can_come_from_the_environment_and_be_yaml(tmp_path: Path) -> N
         ('data_dir = "/d"\n[rate_limit]\nrate = 0\n', "positive"),
         ('data_dir = "/d"\n[rate_limit]\nenabled = "perhaps"\n', "true or false"),
         ("data_dir = [\n", "devyard.toml"),
+        ('data_dir = "/d"\nlink_listen = "7443"\n', "link_listen: expected HOST:PORT"),
+        ('data_dir = "/d"\nlink_listen = "h:1"\nlink_tls_cert = "c"\n', "go together"),
+        ('data_dir = "/d"\nlink_tls_cert = "c"\nlink_tls_key = "k"\n', "needs link_listen"),
     ],
 )
 def test_bad_files_name_the_key(tmp_path: Path, text: str, match: str) -> None:
