@@ -49,6 +49,7 @@ class ServerInfo:
     url: str  # the server's base URL
     api_key_file: str  # the organization admin's API key
     host_token_file: str
+    link: str  # the raw link port, tcp://127.0.0.1:PORT (hosts and connectors may --link it)
 
 
 @attrs.frozen
@@ -61,7 +62,11 @@ class RigInfo:
 @asynccontextmanager
 async def open_server(workdir: Path) -> AsyncIterator[tuple[ServerInfo, BoundServer]]:
     server_dir = workdir / "server"
-    config = ServerConfig(data_dir=server_dir, listen=ListenAddress("127.0.0.1", 0))
+    config = ServerConfig(
+        data_dir=server_dir,
+        listen=ListenAddress("127.0.0.1", 0),
+        link_listen=ListenAddress("127.0.0.1", 0),
+    )
     async with open_configured_store(config) as store:
         made = await bootstrap_organization(store, org_name="bench")
     _, host_token = create_host_token(server_dir / HOST_TOKENS_FILE)
@@ -70,7 +75,8 @@ async def open_server(workdir: Path) -> AsyncIterator[tuple[ServerInfo, BoundSer
     token_file.write_text(host_token)
     async with trio.open_nursery() as nursery:
         bound: BoundServer = await nursery.start(partial(serve_server, config))
-        yield ServerInfo(bound.local_url, str(key_file), str(token_file)), bound
+        link = f"tcp://127.0.0.1:{bound.link_port}"
+        yield ServerInfo(bound.local_url, str(key_file), str(token_file), link), bound
         nursery.cancel_scope.cancel()
 
 

@@ -1,8 +1,9 @@
 """The host daemon of `python -m bench tunnel`, as its own helper process.
 
-    python -m bench._tunnel_rig host WORKDIR URL TOKENFILE
+    python -m bench._tunnel_rig host WORKDIR URL TOKENFILE [LINK]
 
-runs hostd (virtual drivers, capacity 1) linked to the server at URL, prints `READY {}` once it
+runs hostd (virtual drivers, capacity 1) linked to the server at URL (on the raw link port
+LINK, tcp://HOST:PORT, when given), prints `READY {}` once it
 serves, and exits when its stdin closes (the harness is gone) or on SIGTERM. The server is
 `python -m bench._adb_rig server WORKDIR` (the same real server the adb bench uses); the
 connectors are real `devyard connector run` processes.
@@ -28,7 +29,7 @@ READY: Final = "READY "
 _REGION: Final = ServerConfig(data_dir=Path(".")).region
 
 
-async def _host(workdir: Path, url: str, token_file: str) -> None:
+async def _host(workdir: Path, url: str, token_file: str, link: str | None = None) -> None:
     token = (await trio.Path(token_file).read_text()).strip()
     hostd = HostdConfig(
         server_url=url,
@@ -37,6 +38,7 @@ async def _host(workdir: Path, url: str, token_file: str) -> None:
         data_dir=workdir / "host",
         capacity=1,
         backoff_base=0.05,
+        link=link,
     )
     async with trio.open_nursery() as nursery:
         await nursery.start(partial(serve_hostd, hostd))
@@ -46,10 +48,10 @@ async def _host(workdir: Path, url: str, token_file: str) -> None:
 
 def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    if len(argv) != 4 or argv[0] != "host":
+    if len(argv) not in (4, 5) or argv[0] != "host":
         print(__doc__, file=sys.stderr)
         return 2
-    body: Callable[[], Awaitable[None]] = partial(_host, Path(argv[1]), argv[2], argv[3])
+    body: Callable[[], Awaitable[None]] = partial(_host, Path(argv[1]), *argv[2:])
     trio.run(run_with_lifeline, body)
     return 0
 

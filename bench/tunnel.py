@@ -70,6 +70,7 @@ class Settings:
     rounds: int
     open_workers: int
     failovers: int
+    link: str = "raw"  # how hostd and the connectors link: "raw" (the link port) or "ws"
 
 
 @dataclass
@@ -101,8 +102,12 @@ async def _ready(child: Child) -> dict[str, Any]:
 class Rig:
     """The processes of the tunnel path and the API calls that wire them."""
 
-    def __init__(self, stack: AsyncExitStack, logdir: Path, workdir: Path) -> None:
+    def __init__(
+        self, stack: AsyncExitStack, logdir: Path, workdir: Path, *, raw: bool = True
+    ) -> None:
         self.stack = stack
+        self.raw = raw
+        self.link_args: list[str] = []
         self.logdir = logdir
         self.workdir = workdir
         self.connectors: list[Connector] = []
@@ -124,6 +129,7 @@ class Rig:
         )
         server = await _ready(server_child)
         self.url = server["url"]
+        self.link_args = [server["link"]] if self.raw else []
         host_child = await self.stack.enter_async_context(
             spawn(
                 "host",
@@ -135,6 +141,7 @@ class Rig:
                     str(self.workdir),
                     self.url,
                     server["host_token_file"],
+                    *self.link_args,
                 ],
                 logdir=self.logdir,
                 cwd=REPO,
@@ -180,6 +187,7 @@ class Rig:
             str(self.token_file),
             "--metrics",
             "127.0.0.1:0",
+            *(["--link", *self.link_args] if self.link_args else []),
         ]
         child = await self.stack.enter_async_context(
             spawn(f"connector-{self._started}", argv, logdir=self.logdir, cwd=REPO, env=env)
@@ -361,7 +369,7 @@ async def run(settings: Settings) -> Run:
                 entries["ssh_L"] = (ssh, None)
             except SshUnavailable as exc:
                 out.skipped["ssh_L"] = str(exc)
-            rig = Rig(stack, logdir, workdir)
+            rig = Rig(stack, logdir, workdir, raw=settings.link == "raw")
             print("# starting server, hostd, two connectors, the instance", file=sys.stderr)
             proxy = await rig.start(sink)
             entries["tunnel"] = (proxy, via)
@@ -454,6 +462,7 @@ def summary(out: Run, settings: Settings) -> dict[str, Any]:
     return {
         "bench": "tunnel",
         "rounds": settings.rounds,
+        "link": settings.link,
         "results": {name: r.as_json() for name, r in out.results.items()},
         "ratios": ratios,
         "failover_s": {
@@ -493,7 +502,7 @@ async def _main(settings: Settings) -> int:
         f"before, {os.getloadavg()[0]:.1f} after), Python {platform.python_version()}, "
         f"{settings.rounds} round(s) of {settings.duration:g} s windows after "
         f"{settings.warmup:g} s warmup, {settings.open_workers} open workers, "
-        f"{settings.failovers} failover(s); median (min-max)\n"
+        f"{settings.failovers} failover(s), {settings.link} links; median (min-max)\n"
     )
     _print_table(out)
     result = summary(out, settings)
@@ -521,8 +530,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--warmup", type=float, help="seconds before each measured window")
     parser.add_argument("--open-workers", type=int, default=4, help="concurrent openers")
     parser.add_argument("--failovers", type=int, help="kill -9 samples (default 5, quick 3)")
+    parser.add_argument(
+        "--link",
+        choices=("raw", "ws"),
+        default="raw",
+        help="how hostd and the connectors link: the raw link port (default) or WebSockets",
+    )
     args = parser.parse_args(argv)
     settings = Settings(
+        link=args.link,
         warmup=args.warmup if args.warmup is not None else (0.3 if args.quick else 0.5),
         duration=args.duration if args.duration is not None else (1.0 if args.quick else 2.5),
         rounds=args.rounds if args.rounds is not None else (1 if args.quick else 3),
