@@ -45,6 +45,10 @@ class AdbConfig:
     max_streams: int = attrs.field(default=256, validator=attrs.validators.ge(1))
     #: Bytes of WRTE payload queued for the transport before writers park.
     max_outbound: int = attrs.field(default=4 * MAX_PAYLOAD, validator=attrs.validators.ge(1))
+    #: Bytes of the host's WRTE payload one stream may hold unconsumed. adb sends one WRTE at
+    #: a time; a bridge that acknowledges early (core/adbwire.py) sends several: more than
+    #: this is a protocol error.
+    max_inbound: int = attrs.field(default=16 * MAX_PAYLOAD, validator=attrs.validators.ge(1))
     #: Seconds the connection may take to flush its last packets when it ends.
     close_grace: float = attrs.field(default=2.0, validator=attrs.validators.ge(0))
 

@@ -5,8 +5,11 @@ we opened toward the host for `adb reverse` (they start OPENING). Besides openin
 tracks ADB's only flow control, which has two independent halves:
 
 * **our write in flight**: after we send WRTE we may not send another until the host's OKAY;
-* **the host's write owed an ack**: after the host's WRTE it may not send another until our
-  OKAY, which we send once the service has consumed the data (that is the backpressure).
+* **the host's write owed an ack**: we send OKAY once the service has consumed the data (that
+  is the backpressure). adb itself waits for that OKAY before its next WRTE, but a splice that
+  acknowledges early (core/adbwire.py) may send more: they queue in the stream (bounded by
+  `AdbConfig.max_inbound`) and each gets its own OKAY in order, so ACKING means "one or more
+  owed" and the stream leaves it with the last one.
 
 The four combinations are spelled out as states (IDLE, WRITING, ACKING, WRITING_ACKING) so one
 table answers every question. Every change goes through `transition()`; an illegal one raises
@@ -65,6 +68,8 @@ _TABLE: Final[dict[tuple[StreamState, StreamEvent], StreamState]] = {
     (_S.ACKING, _E.SEND_WRTE): _S.WRITING_ACKING,
     (_S.WRITING_ACKING, _E.RECV_OKAY): _S.ACKING,
     (_S.WRITING_ACKING, _E.SEND_OKAY): _S.WRITING,
+    (_S.ACKING, _E.RECV_WRTE): _S.ACKING,  # queued behind the first (early acks upstream)
+    (_S.WRITING_ACKING, _E.RECV_WRTE): _S.WRITING_ACKING,
 }
 for _state in (_S.IDLE, _S.WRITING, _S.ACKING, _S.WRITING_ACKING):
     _TABLE[(_state, _E.SEND_CLSE)] = _S.CLOSED

@@ -11,7 +11,9 @@ Flow control is ADB's: one WRTE in flight per direction. `send_all` cuts data in
 most the negotiated payload size and sends the next chunk only after the host's OKAY for the
 previous one. On the receive side the host's WRTE sits here, unacknowledged, until the service
 has consumed all of it; only then do we send OKAY. So a stalled service holds back exactly one
-packet of its own stream and never the reader.
+packet of its own stream and never the reader. A bridge that acknowledges early
+(core/adbwire.py) sends further WRTEs before our OKAY: they queue here, up to
+`AdbConfig.max_inbound` bytes, and each is acknowledged when consumed, in order.
 
 ADB has no half-close: CLSE ends both directions. The host's CLSE reads as EOF (after whatever
 was already buffered) and makes `send_all` raise BrokenResourceError; the connection dying does
@@ -21,12 +23,14 @@ flight before it closes its end, so nothing we sent is lost.
 
 from __future__ import annotations
 
+from collections import deque
 from typing import TYPE_CHECKING, Final
 
 import trio
 from trio.lowlevel import ParkingLot, checkpoint
 
 from ...core.conflict import ConflictDetector
+from ._errors import RemoteProtocolError
 from .packets import Command, Packet
 from .state import OPEN_STATES, WRITE_IN_FLIGHT, StreamEvent, StreamState, transition
 
@@ -54,8 +58,9 @@ class AdbStream(trio.abc.Stream):
         self._closed_locally = False
         self._closed_by_host = False
         self._lost = False  # the connection died
-        self._inbound = b""
-        self._inbound_offset = 0
+        self._inbound: deque[bytes] = deque()  # the host's writes, each owed an OKAY
+        self._inbound_bytes = 0
+        self._inbound_offset = 0  # into the first
         self._lot = ParkingLot()  # every waiter: receivers, senders, openers
         self._recv_conflict = ConflictDetector("another task is receiving on this stream")
         self._send_conflict = ConflictDetector("another task is sending on this stream")
@@ -113,16 +118,19 @@ class AdbStream(trio.abc.Stream):
                 if self._lost:
                     raise trio.BrokenResourceError("the ADB connection ended")
                 await self._lot.park()
+            head = self._inbound[0]
             start = self._inbound_offset
             stop = start + (max_bytes or _RECEIVE_DEFAULT)
-            data = self._inbound[start:stop]
-            if stop < len(self._inbound):
+            data = head[start:stop] if start or stop < len(head) else head
+            if stop < len(head):
                 self._inbound_offset = stop
-            else:
-                self._inbound = b""
+            else:  # this write is consumed: ack it (the next queued one, if any, stays owed)
+                self._inbound.popleft()
+                self._inbound_bytes -= len(head)
                 self._inbound_offset = 0
                 if self._state in OPEN_STATES:  # else the host closed; nothing to ack
-                    self._state = transition(self._state, _E.SEND_OKAY)
+                    if not self._inbound:
+                        self._state = transition(self._state, _E.SEND_OKAY)
                     self._conn.enqueue(Packet(Command.OKAY, self.local_id, self.remote_id))
             await checkpoint()
             return data
@@ -203,8 +211,18 @@ class AdbStream(trio.abc.Stream):
 
     def _on_wrte(self, data: bytes) -> None:
         self._state = transition(self._state, _E.RECV_WRTE)
-        self._inbound = data
-        self._inbound_offset = 0
+        if not data:  # nothing to consume: ack at once
+            if not self._inbound:
+                self._state = transition(self._state, _E.SEND_OKAY)
+            self._conn.enqueue(Packet(Command.OKAY, self.local_id, self.remote_id))
+            return
+        self._inbound_bytes += len(data)
+        if self._inbound and self._inbound_bytes > self._conn.config.max_inbound:
+            raise RemoteProtocolError(
+                f"{self._inbound_bytes} bytes of unacknowledged writes on {self.service!r} "
+                f"exceed {self._conn.config.max_inbound}"
+            )
+        self._inbound.append(data)
         self._lot.unpark_all()
 
     def _on_clse(self) -> None:

@@ -106,13 +106,46 @@ async def test_host_writes_are_acked_when_consumed() -> None:
     assert got == [b"he", b"llo"]
 
 
-async def test_a_second_unacked_write_is_a_protocol_error() -> None:
+async def test_queued_host_writes_are_acked_one_by_one_in_order() -> None:
+    """A bridge that acknowledges early (core/adbwire.py) sends WRTEs before our OKAY."""
+    may_read = trio.Event()
+    got: list[bytes] = []
+
+    async def slow_reader(stream: AdbStream, conn: AdbConnection) -> None:
+        stream.accept()
+        await may_read.wait()
+        while data := await stream.receive_some(3):
+            got.append(data)
+
+    async with device_connection(slow_reader) as (host, _):
+        await host.connect()
+        okay = await host.open(1, "r:")
+        device_id = okay.arg0
+        await host.send(
+            Packet(Command.WRTE, 1, device_id, b"one"),
+            Packet(Command.WRTE, 1, device_id, b""),  # nothing to consume: acked at once
+            Packet(Command.WRTE, 1, device_id, b"two!"),
+        )
+        assert await host.receive() == Packet(Command.OKAY, device_id, 1)
+        await trio.testing.wait_all_tasks_blocked()
+        assert host.pending() == []  # the others are not consumed yet
+        may_read.set()
+        assert await host.receive() == Packet(Command.OKAY, device_id, 1)
+        assert await host.receive() == Packet(Command.OKAY, device_id, 1)
+        await trio.testing.wait_all_tasks_blocked()
+        assert host.pending() == []
+        await host.send(Packet(Command.CLSE, 1, device_id))
+        await trio.testing.wait_all_tasks_blocked()
+    assert got == [b"one", b"two", b"!"]
+
+
+async def test_unacked_writes_past_max_inbound_are_a_protocol_error() -> None:
     async def idle(stream: AdbStream, conn: AdbConnection) -> None:
         stream.accept()
         await trio.sleep_forever()
 
     host_end, device_end = trio.testing.memory_stream_pair()
-    conn = AdbConnection(device_end, BANNER, idle)
+    conn = AdbConnection(device_end, BANNER, idle, AdbConfig(max_inbound=5))
     host = FakeHost(host_end)
     async with trio.open_nursery() as nursery:
 
@@ -120,11 +153,12 @@ async def test_a_second_unacked_write_is_a_protocol_error() -> None:
             await host.connect()
             okay = await host.open(1, "x:")
             await host.send(
-                Packet(Command.WRTE, 1, okay.arg0, b"1"), Packet(Command.WRTE, 1, okay.arg0, b"2")
+                Packet(Command.WRTE, 1, okay.arg0, b"1234"),
+                Packet(Command.WRTE, 1, okay.arg0, b"56"),
             )
 
         nursery.start_soon(script)
-        with pytest.raises(RemoteProtocolError, match="recv-wrte is not allowed"):
+        with pytest.raises(RemoteProtocolError, match="exceed 5"):
             await conn.run()
 
 
