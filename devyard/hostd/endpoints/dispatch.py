@@ -18,6 +18,7 @@ from ...core import (
     reject_open,
     splice,
 )
+from ...core.adb_splice import adb_splice
 from ..adb import serve_adb
 from ..adb.device import AdbDevice
 from ..drivers import DeviceDriver, Platform, PortClosedError
@@ -99,7 +100,9 @@ async def _serve_kind(stream: MuxStream, request: dict[str, Any], device: Device
         if adbd is None:
             await serve_adb(stream, android)  # the virtual device: we are its adbd
         else:
-            await splice(stream, adbd)  # an emulator's own adbd: one bridge for both
+            # an emulator's own adbd: one bridge for both; its writes (pulls) are acknowledged
+            # here, next to it (docs/adb.md, "Early acknowledgement")
+            await adb_splice(adbd, stream)
     elif kind == "http":
         port = request.get("port")
         if not isinstance(port, int) or not 0 < port < 65536:
