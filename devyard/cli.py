@@ -84,7 +84,9 @@ def _run_server_command(args: argparse.Namespace, env: Mapping[str, str]) -> int
 
     defaults: dict[str, object] = {}
     if args.command == "up":
-        defaults = {"data_dir": DEFAULT_UP_DATA_DIR}
+        # up's own host daemon links over a loopback raw link port (docs/edge.md): no
+        # WebSocket masking and framing between two parts of one machine.
+        defaults = {"data_dir": DEFAULT_UP_DATA_DIR, "link_listen": "127.0.0.1:0"}
         if args.port is not None or args.host is not None:
             host = args.host or DEFAULT_UP_HOST
             port = DEFAULT_UP_PORT if args.port is None else args.port

@@ -40,7 +40,9 @@ def ensure_up_host_token(data_dir: Path) -> str:
     return token
 
 
-def up_hostd_config(config: ServerConfig, server_url: str, token: str) -> HostdConfig:
+def up_hostd_config(
+    config: ServerConfig, server_url: str, token: str, link: str | None = None
+) -> HostdConfig:
     return HostdConfig(
         server_url=server_url,
         token=token,
@@ -48,6 +50,7 @@ def up_hostd_config(config: ServerConfig, server_url: str, token: str) -> HostdC
         data_dir=config.data_dir / "hostd",
         capacity=UP_HOST_CAPACITY,
         drivers=("virtual",),
+        link=link,
     )
 
 
@@ -57,6 +60,13 @@ async def run_up(config: ServerConfig, *, out: TextIO) -> int:
     token = await trio.to_thread.run_sync(ensure_up_host_token, config.data_dir)
 
     async def hostd(bound: BoundServer, shutdown: trio.Event) -> None:
-        await serve_hostd(up_hostd_config(config, bound.local_url, token), shutdown=shutdown)
+        # The raw link port when one is open (up opens one on loopback), else the WebSocket.
+        link = None
+        if config.link_listen is not None and bound.link_port is not None:
+            host = config.link_listen.host
+            host = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host  # noqa: S104
+            link = f"tcp://{f'[{host}]' if ':' in host else host}:{bound.link_port}"
+        hostd_config = up_hostd_config(config, bound.local_url, token, link)
+        await serve_hostd(hostd_config, shutdown=shutdown)
 
     return await run_server(config, out=out, bootstrap=True, companion=hostd)

@@ -179,9 +179,6 @@ def _banner(
     out: TextIO, bound: BoundServer, config: ServerConfig, first: FirstStart | None
 ) -> None:
     _say(out, f"devyard is serving at {bound.base_url}")
-    if bound.link_port is not None and config.link_listen is not None:
-        scheme = "tls" if config.link_tls_cert is not None else "tcp"
-        _say(out, f"raw links at {scheme}://{config.link_listen.host}:{bound.link_port}")
     if first is None:
         return
     if first.new_key is not None:
