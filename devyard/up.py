@@ -17,7 +17,7 @@ import trio
 from .hostd.daemon import HostdConfig, serve_hostd
 from .server.config import ServerConfig
 from .server.edge import HOST_TOKENS_FILE, create_host_token
-from .server.serve import run_server
+from .server.serve import raw_link_url, run_server
 
 if TYPE_CHECKING:
     from .server.api.serve import BoundServer
@@ -63,9 +63,7 @@ async def run_up(config: ServerConfig, *, out: TextIO) -> int:
         # The raw link port when one is open (up opens one on loopback), else the WebSocket.
         link = None
         if config.link_listen is not None and bound.link_port is not None:
-            host = config.link_listen.host
-            host = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host  # noqa: S104
-            link = f"tcp://{f'[{host}]' if ':' in host else host}:{bound.link_port}"
+            link = raw_link_url(config, bound.link_port)
         hostd_config = up_hostd_config(config, bound.local_url, token, link)
         await serve_hostd(hostd_config, shutdown=shutdown)
 

@@ -37,13 +37,18 @@ async def _forward(client: AsyncClient, args: argparse.Namespace, out: TextIO) -
 
     target = await resolve_target(client, args.instance_id)
     async with trio.open_nursery() as nursery:
-        port = await nursery.start(
+        port, url = await nursery.start(
             lambda task_status: serve_forward(
-                target, host=args.host, port=args.port, task_status=task_status
+                target,
+                host=args.host,
+                port=args.port,
+                raw=not args.websocket,
+                task_status=task_status,
             )
         )
+        how = "WebSocket" if url.startswith(("ws://", "wss://")) else "the raw link port"
         print(
-            f"forwarding {args.host}:{port} -> {target.instance_id} (ADB over WebSocket)",
+            f"forwarding {args.host}:{port} -> {target.instance_id} (ADB over {how})",
             file=out,
             flush=True,
         )
@@ -145,3 +150,9 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         parser.add_argument("instance_id", metavar="INSTANCE_ID")
         parser.add_argument("--port", type=int, default=0, help="local port (default: any free)")
         parser.add_argument("--host", default="127.0.0.1", help="local address (default 127.0.0.1)")
+        parser.add_argument(
+            "--websocket",
+            action="store_true",
+            help="always carry ADB over adbWebSocketUrl, even when the server offers its raw "
+            "link port",
+        )

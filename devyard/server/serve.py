@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import TYPE_CHECKING, TextIO
+from urllib.parse import urlsplit
 
 import trio
 
@@ -121,6 +122,7 @@ async def _serve(
             HOST_CONNECTIONS_PATH: edge,
             CONNECTOR_CONNECTIONS_PATH: connectors,
         }
+        gateway = InstanceGateway(edge, service)
         async with trio.open_nursery() as nursery:
             await nursery.start(service.run)
             link_port = None
@@ -130,17 +132,18 @@ async def _serve(
                         serve_raw_links,
                         config.link_listen.host,
                         config.link_listen.port,
-                        links,
+                        {**links, INSTANCES_PREFIX: gateway},  # adb only, there
                         ssl_context=_link_tls(config),
                     )
                 )
+                gateway.raw_link = raw_link_url(config, link_port)
             await serve_api(
                 store,
                 config,
                 shutdown_trigger=shutdown_trigger,
                 websockets=dict(links),
                 link_port=link_port,
-                prefixes={INSTANCES_PREFIX: InstanceGateway(edge, service)},
+                prefixes={INSTANCES_PREFIX: gateway},
                 hosts=edge,
                 instance_service=service,
                 tunnel_service=tunnel_service,
@@ -169,6 +172,17 @@ def _link_tls(config: ServerConfig) -> ssl.SSLContext | None:
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(config.link_tls_cert, config.link_tls_key)
     return context
+
+
+def raw_link_url(config: ServerConfig, port: int) -> str:
+    """The raw link port as clients reach it: its listen host, else (a wildcard) the host of
+    the server's base URL."""
+    assert config.link_listen is not None
+    host = config.link_listen.host
+    if host in ("", "0.0.0.0", "::"):  # noqa: S104 - comparing, not binding
+        host = urlsplit(config.base_url).hostname or "127.0.0.1"
+    scheme = "tls" if config.link_tls_cert is not None else "tcp"
+    return f"{scheme}://{f'[{host}]' if ':' in host else host}:{port}"
 
 
 def _say(out: TextIO, text: str) -> None:

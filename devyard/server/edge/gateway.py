@@ -11,6 +11,10 @@ and carries the request over it:
     endpoint   WebSocket, token or ?token=    -> ``device-stream``: the browser stream, relayed
     adb        WebSocket, instance token      -> ``adb``: ADB bytes, spliced
 
+``adb`` is also served on the raw link port (docs/adb.md, "The raw ADB path"): the same
+checks, then the ADB bytes on the bare socket, without WebSocket masking and framing. The
+WebSocket's 101 names that port in ``x-devyard-raw-link`` so `devyard adb forward` can use it.
+
 The stream token opens only ``watch`` and ``endpoint``. Traffic counts as activity: each HTTP
 request, and every ``_TOUCH_EVERY_S`` while a WebSocket is open.
 """
@@ -34,14 +38,16 @@ from ...core import (
 )
 from ..hosts import HostUnavailableError, InstanceAccess, InstanceAccessError, InstanceDirectory
 from .asgi import bearer_token, reject_websocket, send_http, send_http_error
-from .asgi_stream import ASGIWebSocketStream, Receive, Send
+from .asgi_stream import RAW_LINK_EXTENSION, ASGIWebSocketStream, Receive, Send, accept_link_stream
 from .links import Edge
 
 log = logging.getLogger(__name__)
 
-__all__ = ["INSTANCES_PREFIX", "InstanceGateway"]
+__all__ = ["INSTANCES_PREFIX", "RAW_LINK_HEADER", "InstanceGateway"]
 
 INSTANCES_PREFIX: Final = "/v1/instances/"
+#: Response header of the ``adb`` WebSocket upgrade: the raw link port's URL, when it is open.
+RAW_LINK_HEADER: Final = "x-devyard-raw-link"
 _TOUCH_EVERY_S: Final = 10.0
 _CHUNK: Final = 256 * 1024
 _FULL_TOKEN_ONLY: Final = frozenset({"api", "adb"})
@@ -76,6 +82,8 @@ class InstanceGateway:
         self.edge = edge
         self.directory = directory
         self._viewer = _viewer_page()
+        #: ``tcp://HOST:PORT`` (or ``tls://``) of the raw link port, set by serve_server.
+        self.raw_link: str | None = None
 
     def __repr__(self) -> str:
         return f"InstanceGateway({self.edge!r})"
@@ -153,8 +161,13 @@ class InstanceGateway:
         first = await receive()
         if first.get("type") != "websocket.connect":
             return
+        raw = RAW_LINK_EXTENSION in scope.get("extensions", {})
         try:
             access, endpoint, _ = await self._admit(scope)
+            if raw and endpoint != "adb":
+                raise _Refused(
+                    404, "not_found", f"the raw link port serves only adb, not {endpoint}"
+                )
             if endpoint == "endpoint":
                 stream = await self._open(access, "device-stream")
             elif endpoint == "adb":
@@ -166,14 +179,22 @@ class InstanceGateway:
         except _Refused as refused:
             await reject_websocket(scope, send, refused.status, refused.message, refused.reason)
             return
-        await send({"type": "websocket.accept"})
+        if raw:
+            client: trio.abc.Stream = await accept_link_stream(scope, receive, send)
+        elif endpoint == "adb" and self.raw_link is not None:
+            headers = [(RAW_LINK_HEADER.encode(), self.raw_link.encode())]
+            await send({"type": "websocket.accept", "headers": headers})
+            client = ASGIWebSocketStream(receive, send)
+        else:
+            await send({"type": "websocket.accept"})
+            client = ASGIWebSocketStream(receive, send)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._keep_touching, access.instance_id)
             try:
                 if endpoint == "endpoint":
                     await _relay(stream, receive, send)
                 else:
-                    await splice(ASGIWebSocketStream(receive, send), stream)
+                    await splice(client, stream)
             finally:
                 nursery.cancel_scope.cancel()
 

@@ -90,6 +90,15 @@ def _scope(request: UpgradeRequest, link: _RawLink, client: Any) -> dict[str, An
     }
 
 
+def _route(routes: Mapping[str, LinkApp], path: str) -> LinkApp | None:
+    """The app of *path*: an exact route, else the longest prefix route (keys ending in /)."""
+    app = routes.get(path)
+    if app is None:
+        prefixes = [p for p in routes if p.endswith("/") and path.startswith(p)]
+        app = routes[max(prefixes, key=len)] if prefixes else None
+    return app
+
+
 async def _handle(stream: trio.abc.Stream, routes: Mapping[str, LinkApp]) -> None:
     request: UpgradeRequest | None = None
     with trio.move_on_after(HANDSHAKE_TIMEOUT):
@@ -102,7 +111,7 @@ async def _handle(stream: trio.abc.Stream, routes: Mapping[str, LinkApp]) -> Non
     if request is None:
         await trio.aclose_forcefully(stream)
         return
-    app = routes.get(request.path)
+    app = _route(routes, request.path)
     if request.method != "GET" or not request.wants_upgrade:
         await _refuse(request, 426, "this port takes devyard-mux/1 upgrades only", "bad-request")
         return
@@ -128,7 +137,8 @@ async def serve_raw_links(
     ssl_context: ssl.SSLContext | None = None,
     task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Listen on host:port for raw links to *routes* (path -> app) until cancelled.
+    """Listen on host:port for raw links to *routes* (path -> app; a path ending in ``/`` is
+    a prefix) until cancelled.
 
     `task_status` gets the bound port."""
     tcp = await trio.open_tcp_listeners(port, host=host)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -54,8 +55,19 @@ class Rig:
 
 @pytest.fixture
 async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
+    async with open_gateway_rig(tmp_path) as made:
+        yield made
+
+
+@asynccontextmanager
+async def open_gateway_rig(tmp_path: Path, *, raw: bool = False) -> AsyncIterator[Rig]:
+    """The rig; with *raw*, the server opens its raw link port and hostd links there."""
     server_dir = tmp_path / "server"
-    config = ServerConfig(data_dir=server_dir, listen=ListenAddress("127.0.0.1", 0))
+    config = ServerConfig(
+        data_dir=server_dir,
+        listen=ListenAddress("127.0.0.1", 0),
+        link_listen=ListenAddress("127.0.0.1", 0) if raw else None,
+    )
     async with open_configured_store(config) as store:
         made = await bootstrap_organization(store, org_name="acme")
     _, host_token = create_host_token(server_dir / HOST_TOKENS_FILE)
@@ -69,6 +81,7 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
             data_dir=tmp_path / "host",
             capacity=4,
             backoff_base=0.05,
+            link=f"tcp://127.0.0.1:{bound.link_port}" if raw else None,
         )
         async with trio.open_nursery() as host_nursery:
             supervisor = await host_nursery.start(partial(serve_hostd, hostd, shutdown=shutdown))

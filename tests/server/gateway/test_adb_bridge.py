@@ -23,11 +23,13 @@ import pytest
 import trio
 from PIL import Image
 
+from devyard.client.adb_forward import AdbTarget, check_reachable
+from devyard.core import UpgradeRejected, open_transport
 from devyard.hostd.drivers.virtual import VirtualDevice
 from tests.hostd.adb.conftest import AdbClient, adb, free_port, needs_adb
 from tests.hostd.adb.test_adb_client import make_apk
 
-from .conftest import Rig
+from .conftest import Rig, open_gateway_rig
 
 pytestmark = [needs_adb, pytest.mark.slow]
 __all__ = ["adb"]  # the fixture, imported for these tests
@@ -52,6 +54,9 @@ async def forwarder(rig: Rig, instance_id: str, *extra: str) -> AsyncIterator[in
                 chunk = await proc.stdout.receive_some()
                 assert chunk, f"the forwarder stopped: {seen!r}"
                 seen += chunk
+        # Over the raw link port when the server has one (and not --websocket), else the WS.
+        raw = rig.bound.link_port is not None and "--websocket" not in extra
+        assert (b"over the raw link port" if raw else b"over WebSocket") in seen, seen
         try:
             yield int(match.group(1))
         finally:
@@ -67,7 +72,15 @@ async def _ready_android(rig: Rig) -> tuple[dict[str, Any], VirtualDevice]:
     return instance, device
 
 
-async def test_adb_works_through_the_bridge(rig: Rig, adb: AdbClient, tmp_path: Path) -> None:
+@pytest.fixture(params=["websocket", "raw"])
+async def any_rig(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Rig]:
+    """The rig without and with the raw link port (hostd and the forwarder then use it)."""
+    async with open_gateway_rig(tmp_path / "rig", raw=request.param == "raw") as made:
+        yield made
+
+
+async def test_adb_works_through_the_bridge(any_rig: Rig, adb: AdbClient, tmp_path: Path) -> None:
+    rig = any_rig
     instance, device = await _ready_android(rig)
     async with forwarder(rig, instance["metadata"]["id"]) as port:
         adb.serial = await adb.connect(port)
@@ -175,3 +188,29 @@ async def test_connect_runs_adb_connect_with_a_background_forwarder(
         assert (await adb.run("shell", "echo", "hi", serial=serial)).out == "hi\n"
     finally:
         os.kill(pid, signal.SIGTERM)
+
+
+async def test_the_raw_adb_path_checks_what_the_websocket_checks(
+    tmp_path: Path, adb: AdbClient
+) -> None:
+    async with open_gateway_rig(tmp_path / "rig", raw=True) as rig:
+        instance, _ = await _ready_android(rig)
+        instance_id, token = instance["metadata"]["id"], instance["status"]["token"]
+        ws_url = instance["status"]["adbWebSocketUrl"]
+        raw = f"tcp://127.0.0.1:{rig.bound.link_port}/v1/instances/{instance_id}"
+        with trio.fail_after(20):
+            for url, bearer, status in (
+                (f"{raw}/adb", "wrong", 401),  # the instance token, checked before the upgrade
+                (f"{raw}/endpoint", token, 404),  # only adb is served on the raw port
+            ):
+                with pytest.raises(UpgradeRejected) as refused:
+                    headers = [(b"authorization", f"Bearer {bearer}".encode())]
+                    async with open_transport(url, extra_headers=headers):
+                        pass
+                assert refused.value.status_code == status
+            # The WebSocket's 101 names the raw port; --websocket keeps the forwarder off it.
+            target = await check_reachable(AdbTarget(instance_id, ws_url, token))
+            assert target.raw_url == f"{raw}/adb"
+            async with forwarder(rig, instance_id, "--websocket") as port:
+                adb.serial = await adb.connect(port)
+                assert (await adb.run("shell", "echo", "over ws")).out == "over ws\n"
