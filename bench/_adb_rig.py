@@ -9,9 +9,12 @@ In-process, as tests/server/gateway/conftest.py does it:
 
 As helper processes, each printing `READY {json}` once it serves and exiting when its stdin
 closes (the harness is gone) or on SIGTERM:
-    python -m bench._adb_rig all WORKDIR                 server + hostd + direct device
-    python -m bench._adb_rig server WORKDIR              the server
-    python -m bench._adb_rig host WORKDIR URL TOKENFILE  hostd + direct device
+    python -m bench._adb_rig all WORKDIR [ws]                 server + hostd + direct device
+    python -m bench._adb_rig server WORKDIR                   the server
+    python -m bench._adb_rig host WORKDIR URL TOKENFILE [LINK]  hostd + direct device
+
+hostd links over the server's raw link port (LINK, tcp://HOST:PORT; `all` uses it unless
+given `ws`), else over the API port's WebSocket.
 """
 
 from __future__ import annotations
@@ -81,7 +84,9 @@ async def open_server(workdir: Path) -> AsyncIterator[tuple[ServerInfo, BoundSer
 
 
 @asynccontextmanager
-async def open_host(workdir: Path, url: str, token_file: str) -> AsyncIterator[int]:
+async def open_host(
+    workdir: Path, url: str, token_file: str, link: str | None = None
+) -> AsyncIterator[int]:
     """hostd (capacity 2) linked to `url`, and the direct device; yields the direct port."""
     token = (await trio.Path(token_file).read_text()).strip()
     hostd = HostdConfig(
@@ -91,6 +96,7 @@ async def open_host(workdir: Path, url: str, token_file: str) -> AsyncIterator[i
         data_dir=workdir / "host",
         capacity=2,
         backoff_base=0.05,
+        link=link,
     )
     spec = DeviceSpec(Platform.ANDROID, "bench-direct", workdir / "direct-device")
     shutdown = trio.Event()
@@ -112,11 +118,14 @@ async def wait_host_linked(bound: BoundServer) -> None:
 
 
 @asynccontextmanager
-async def open_rig(workdir: Path) -> AsyncIterator[RigInfo]:
-    """Server, hostd and the direct device, all in this trio loop."""
+async def open_rig(workdir: Path, *, raw: bool = True) -> AsyncIterator[RigInfo]:
+    """Server, hostd (on the raw link port unless not *raw*) and the direct device, all in
+    this trio loop."""
     async with (
         open_server(workdir) as (server, bound),
-        open_host(workdir, server.url, server.host_token_file) as port,
+        open_host(
+            workdir, server.url, server.host_token_file, server.link if raw else None
+        ) as port,
     ):
         await wait_host_linked(bound)
         yield RigInfo(server.url, server.api_key_file, port)
@@ -129,7 +138,7 @@ async def _serve(role: str, args: list[str]) -> None:
         )
 
     if role == "all":
-        async with open_rig(Path(args[0])) as info:
+        async with open_rig(Path(args[0]), raw=args[1:] != ["ws"]) as info:
             ready(info)
             await trio.sleep_forever()
     elif role == "server":
@@ -137,8 +146,8 @@ async def _serve(role: str, args: list[str]) -> None:
             ready(server)
             await trio.sleep_forever()
     else:
-        workdir, url, token_file = args
-        async with open_host(Path(workdir), url, token_file) as port:
+        workdir, url, token_file, *link = args
+        async with open_host(Path(workdir), url, token_file, *link) as port:
             ready({"direct_port": port})
             await trio.sleep_forever()
 

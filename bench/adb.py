@@ -3,9 +3,12 @@
 Debian's real `adb` (its own server on a private port, a throwaway HOME) pushes the same random
 file to two virtual Android devices in one run:
 
-    direct   adb -> the device's own TCP ADB port (`serve_adb_tcp`)
-    bridged  adb -> `devyard adb forward` (the real CLI, a subprocess) -> WebSocket -> the
-             server's edge (`adbWebSocketUrl`) -> host link -> hostd -> the device
+    direct      adb -> the device's own TCP ADB port (`serve_adb_tcp`)
+    bridged     adb -> `devyard adb forward` (the real CLI, a subprocess) -> the server's edge
+                -> host link -> hostd -> the device; the forwarder finds the raw link port
+                in the 101 of `adbWebSocketUrl` and carries the bytes there (docs/adb.md)
+    bridged_ws  the same with `devyard adb forward --websocket`: every byte over
+                `adbWebSocketUrl`, as any WebSocket client of the spec would carry it
 
 By default (`--placement split`) the server runs in one helper process and hostd, with both
 devices, in another (bench/_adb_rig.py), so each role's CPU time per MiB can be told apart.
@@ -40,7 +43,7 @@ from bench._adb_rig import READY, START_TIMEOUT, RigInfo, open_rig
 from bench._procs import Child, ChildError, spawn
 from bench._results import BenchError, cpu_seconds, only_child, run_until_signal
 
-PATHS: Final = ("direct", "bridged")
+PATHS: Final = ("direct", "bridged", "bridged_ws")
 TARGET: Final = 0.7  # bridged / direct, issue 6
 PLACEMENTS: Final = {
     "split": "the server in one helper process, hostd and both devices in another",
@@ -59,6 +62,7 @@ class Settings:
     size: int  # bytes
     reps: int
     placement: str
+    link: str = "raw"  # how hostd links to the server: "raw" (the link port) or "ws"
 
 
 @dataclass
@@ -160,22 +164,24 @@ async def _ready(child: Child) -> dict[str, Any]:
 
 @asynccontextmanager
 async def _rig(
-    placement: str, workdir: Path, logdir: Path
+    placement: str, workdir: Path, logdir: Path, *, raw: bool = True
 ) -> AsyncIterator[tuple[RigInfo, dict[str, int]]]:
     """Server, hostd and the direct device, placed as asked (see PLACEMENTS); yields where
     they are and the pids of the processes they run in, by name."""
     if placement == "inproc":
-        async with open_rig(workdir) as info:
+        async with open_rig(workdir, raw=raw) as info:
             yield info, {"bench": os.getpid()}
         return
     rig = [sys.executable, "-m", "bench._adb_rig"]
     if placement == "child":
-        async with spawn("rig", [*rig, "all", str(workdir)], logdir=logdir) as child:
+        argv = [*rig, "all", str(workdir), *([] if raw else ["ws"])]
+        async with spawn("rig", argv, logdir=logdir) as child:
             yield RigInfo(**await _ready(child)), {"rig": child.pid}
         return
     async with spawn("server", [*rig, "server", str(workdir)], logdir=logdir) as server_child:
         server = await _ready(server_child)
         host_argv = [*rig, "host", str(workdir), server["url"], server["host_token_file"]]
+        host_argv += [server["link"]] if raw else []
         async with spawn("host", host_argv, logdir=logdir) as host_child:
             host = await _ready(host_child)
             info = RigInfo(server["url"], server["api_key_file"], host["direct_port"])
@@ -203,13 +209,14 @@ async def _android_instance(info: RigInfo) -> str:
 
 @asynccontextmanager
 async def _forwarder(
-    info: RigInfo, instance_id: str, logdir: Path
+    info: RigInfo, instance_id: str, logdir: Path, *extra: str
 ) -> AsyncIterator[tuple[int, int]]:
     """`devyard adb forward` under bench/_lifeline.py; yields its local port and pid."""
     argv = [sys.executable, "-m", "bench._lifeline", sys.executable, "-m", "devyard",
             "adb", "forward", instance_id,
-            "--server", info.url, "--api-key-file", info.api_key_file]  # fmt: skip
-    async with spawn("forwarder", argv, logdir=logdir) as child:
+            "--server", info.url, "--api-key-file", info.api_key_file, *extra]  # fmt: skip
+    name = "forwarder" + "".join(extra).replace("--", "-")
+    async with spawn(name, argv, logdir=logdir) as child:
         with trio.fail_after(START_TIMEOUT):
             while (match := _FORWARDING.search(await child.readline())) is None:
                 pass
@@ -233,14 +240,20 @@ async def run(settings: Settings, adb_exe: str) -> dict[str, PathResult]:
         adb = Adb(adb_exe, home)
         async with AsyncExitStack() as stack:
             stack.push_async_callback(adb.kill_server)
-            info, pids = await stack.enter_async_context(_rig(settings.placement, workdir, logdir))
+            info, pids = await stack.enter_async_context(
+                _rig(settings.placement, workdir, logdir, raw=settings.link == "raw")
+            )
             instance_id = await _android_instance(info)
             port, pids["forwarder"] = await stack.enter_async_context(
                 _forwarder(info, instance_id, logdir)
             )
+            port_ws, pids["forwarder_ws"] = await stack.enter_async_context(
+                _forwarder(info, instance_id, logdir, "--websocket")
+            )
             serials = {
                 "direct": await adb.connect(info.direct_port),
                 "bridged": await adb.connect(port),
+                "bridged_ws": await adb.connect(port_ws),
             }
             for serial in serials.values():  # the first push of each: connect, warm up
                 await push(adb, serial, warm, 1 << 20)
@@ -278,8 +291,8 @@ def print_table(results: dict[str, PathResult]) -> None:
               sep="  ")  # fmt: skip
 
 
-def ratio(results: dict[str, PathResult]) -> float | None:
-    direct, bridged = results["direct"].median(), results["bridged"].median()
+def ratio(results: dict[str, PathResult], path: str = "bridged") -> float | None:
+    direct, bridged = results["direct"].median(), results[path].median()
     if direct is None or bridged is None or direct == 0:
         return None
     return bridged / direct
@@ -299,7 +312,8 @@ async def _main(settings: Settings, adb_exe: str) -> int:
     load_after = os.getloadavg()[0]
     print(
         f"\nbench adb: adb push of {settings.size / (1 << 20):g} MiB (random), {settings.reps} "
-        f"push(es) per path, alternating; server+hostd+devices {settings.placement}; "
+        f"push(es) per path, alternating; server+hostd+devices {settings.placement}, "
+        f"{settings.link} host link; "
         f"{os.cpu_count()} CPUs (load average {load_before:.1f} before, {load_after:.1f} after), "
         f"Python {platform.python_version()}; MB/s = 10^6 bytes/s, median (min-max)\n"
     )
@@ -308,13 +322,17 @@ async def _main(settings: Settings, adb_exe: str) -> int:
     verdict = "n/a" if r is None else ("met" if r >= TARGET else "NOT met")
     shown = "n/a" if r is None else f"{r:.3f}"
     print(f"\ntarget of issue 6 (informational): bridged / direct >= {TARGET}   {shown}  {verdict}")
+    r_ws = ratio(results, "bridged_ws")
+    print(f"bridged_ws / direct (adbWebSocketUrl all the way): {r_ws or 0:.3f}")
     summary = {
         "bench": "adb",
         "size_bytes": settings.size,
         "reps": settings.reps,
         "placement": settings.placement,
+        "link": settings.link,
         "results": {name: res.as_json() for name, res in results.items()},
         "ratio": None if r is None else round(r, 3),
+        "ratio_ws": None if r_ws is None else round(r_ws, 3),
         "target": TARGET,
         "met": None if r is None else r >= TARGET,
     }
@@ -336,6 +354,12 @@ def main(argv: list[str]) -> int:
         default="split",
         help="; ".join(f"{k}: {v}" for k, v in PLACEMENTS.items()) + " (default split)",
     )
+    parser.add_argument(
+        "--link",
+        choices=("raw", "ws"),
+        default="raw",
+        help="how hostd links to the server: the raw link port (default) or a WebSocket",
+    )
     parser.add_argument("--adb", default=shutil.which("adb"), help="the adb client")
     args = parser.parse_args(argv)
     if not args.adb:
@@ -345,7 +369,9 @@ def main(argv: list[str]) -> int:
     reps = args.reps if args.reps is not None else (2 if args.quick else 5)
     if size_mib <= 0 or reps < 1:
         parser.error("--size-mib and --reps must be positive")
-    settings = Settings(size=int(size_mib * (1 << 20)), reps=reps, placement=args.placement)
+    settings = Settings(
+        size=int(size_mib * (1 << 20)), reps=reps, placement=args.placement, link=args.link
+    )
     try:
         return trio.run(_main, settings, args.adb)
     except* KeyboardInterrupt:  # trio may deliver it inside a group

@@ -23,6 +23,7 @@ def test_bench_adb_runs_and_reports_json() -> None:
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout.strip().splitlines()[-1])
     assert summary["bench"] == "adb"
-    for path in ("direct", "bridged"):
+    for path in ("direct", "bridged", "bridged_ws"):
         assert summary["results"][path]["mb_per_s"] > 0
-    assert summary["ratio"] > 0
+    assert summary["ratio"] > 0 and summary["ratio_ws"] > 0
+    assert summary["link"] == "raw"

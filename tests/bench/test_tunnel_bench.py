@@ -26,6 +26,7 @@ def test_bench_tunnel_runs_and_reports_json() -> None:
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout.strip().splitlines()[-1])
     assert summary["bench"] == "tunnel"
+    assert summary["link"] == "raw"  # hostd and the connectors on the raw link port
     tunnel = summary["results"]["tunnel"]
     assert tunnel["gbps_1"] > 0
     assert tunnel["opens_per_s"] > 0
