@@ -29,7 +29,7 @@ import trio_websocket
 
 from ..core import UpgradeRejected
 from ..core.adb_splice import adb_splice
-from ..core.transports import WebSocketStream, open_transport
+from ..core.transports import WebSocketStream, is_loopback_host, open_transport
 from ._errors import DevyardError, NotFoundError
 from .client import AsyncClient
 
@@ -124,6 +124,9 @@ async def check_reachable(target: AdbTarget, *, raw: bool = True) -> AdbTarget:
     if not raw or advertised is None:
         return target
     parts = urlsplit(target.url)
+    if is_loopback_host(urlsplit(advertised).hostname) and not is_loopback_host(parts.hostname):
+        log.info("ignoring raw link %s: loopback, but the server is not", advertised)
+        return target  # never hand the token to a port on this machine the server cannot be
     raw_url = f"{advertised.rstrip('/')}{parts.path}"
     try:
         with trio.fail_after(_RAW_CHECK_TIMEOUT_S):

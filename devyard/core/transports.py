@@ -11,6 +11,7 @@ uses `WS_RECEIVE_BUFFER` (64 KiB or more) and allows messages up to `WS_MAX_MESS
 
 from __future__ import annotations
 
+import ipaddress
 import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -29,6 +30,7 @@ __all__ = [
     "MessageStream",
     "WebSocketStream",
     "check_link_url",
+    "is_loopback_host",
     "link_url",
     "open_transport",
 ]
@@ -140,6 +142,16 @@ def check_link_url(url: str) -> str:
     if parts.scheme in ("tcp", "tls") and (parts.port is None or parts.path not in ("", "/")):
         raise ValueError(f"a raw link URL is just tcp|tls://HOST:PORT, got {url!r}")
     return url.rstrip("/")
+
+
+def is_loopback_host(host: str | None) -> bool:
+    """Whether *host* (a URL's hostname) names this machine's loopback."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host or "").is_loopback
+    except ValueError:
+        return False
 
 
 def link_url(server_url: str, path: str, link: str | None = None) -> str:

@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 
 import trio
 
+from ..core.transports import is_loopback_host
 from .bootstrap import FirstStart, bootstrap_organization, first_start
 from .config import ServerConfig
 from .edge import DEFAULT_HOST_GRACE, HOST_CONNECTIONS_PATH, HOST_TOKENS_FILE, HostTokens, open_edge
@@ -136,7 +137,7 @@ async def _serve(
                         ssl_context=_link_tls(config),
                     )
                 )
-                gateway.raw_link = raw_link_url(config, link_port)
+                gateway.raw_link = advertised_raw_link(config, link_port)
             await serve_api(
                 store,
                 config,
@@ -183,6 +184,18 @@ def raw_link_url(config: ServerConfig, port: int) -> str:
         host = urlsplit(config.base_url).hostname or "127.0.0.1"
     scheme = "tls" if config.link_tls_cert is not None else "tcp"
     return f"{scheme}://{f'[{host}]' if ':' in host else host}:{port}"
+
+
+def advertised_raw_link(config: ServerConfig, port: int) -> str | None:
+    """The raw link URL the adb WebSocket names to clients: none when it is on loopback but
+    clients come from elsewhere (``devyard up --host 0.0.0.0``: its raw port is its own
+    host's), so no client is ever sent to a port on its own machine with a token."""
+    url = raw_link_url(config, port)
+    if is_loopback_host(urlsplit(url).hostname) and not is_loopback_host(
+        urlsplit(config.base_url).hostname
+    ):
+        return None
+    return url
 
 
 def _say(out: TextIO, text: str) -> None:

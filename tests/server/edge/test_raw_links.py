@@ -26,7 +26,7 @@ from devyard.server.api.serve import BoundServer
 from devyard.server.config import ListenAddress, ServerConfig
 from devyard.server.edge import HOST_CONNECTIONS_PATH, HOST_TOKENS_FILE, Edge, create_host_token
 from devyard.server.hosts import InstancePhase
-from devyard.server.serve import serve_server
+from devyard.server.serve import advertised_raw_link, serve_server
 
 from .test_host_links import Recorder, Rig, _order, _wait_registered
 
@@ -180,3 +180,25 @@ async def test_the_raw_port_answers_strangers_with_http_errors(
             )
             assert unknown.startswith(b"HTTP/1.1 404 ")
             assert await _exchange(port, b"\x16\x03\x01 not http at all\r\n\r\n") == b""
+
+
+@pytest.mark.parametrize(
+    ("link_listen", "public_url", "tls", "advertised"),
+    [
+        ("127.0.0.1", None, False, "tcp://127.0.0.1:7443"),  # clients on this machine too
+        ("127.0.0.1", "https://devyard.example.com", False, None),  # up --host: not for them
+        ("0.0.0.0", "https://devyard.example.com", False, "tcp://devyard.example.com:7443"),
+        ("10.0.0.5", "https://devyard.example.com", True, "tls://10.0.0.5:7443"),
+    ],
+)
+def test_which_raw_link_the_adb_websocket_names(
+    link_listen: str, public_url: str | None, tls: bool, advertised: str | None
+) -> None:
+    files = {"link_tls_cert": Path("c.pem"), "link_tls_key": Path("k.pem")} if tls else {}
+    config = ServerConfig(
+        data_dir=Path("/d"),
+        public_url=public_url,
+        link_listen=ListenAddress(link_listen, 7443),
+        **files,
+    )
+    assert advertised_raw_link(config, 7443) == advertised
