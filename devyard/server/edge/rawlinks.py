@@ -121,10 +121,14 @@ async def _handle(stream: trio.abc.Stream, routes: Mapping[str, LinkApp]) -> Non
     link = _RawLink(request)
     client = None
     socket_stream = stream.transport_stream if isinstance(stream, trio.SSLStream) else stream
-    if isinstance(socket_stream, trio.SocketStream):
-        client = socket_stream.socket.getpeername()[:2]
     try:
+        if isinstance(socket_stream, trio.SocketStream):
+            client = socket_stream.socket.getpeername()[:2]
         await app(_scope(request, link, client), link.receive, link.send)
+    except Exception:
+        # What Hypercorn does for the WebSocket routes: one connection's error (a hello that
+        # never comes, a bug) ends that connection, never the listener and the server.
+        log.exception("raw link %s from %s ended with an error", request.path, client)
     finally:
         await trio.aclose_forcefully(link.accepted or stream)
 

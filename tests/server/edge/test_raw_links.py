@@ -202,3 +202,45 @@ def test_which_raw_link_the_adb_websocket_names(
         **files,
     )
     assert advertised_raw_link(config, 7443) == advertised
+
+
+async def test_a_link_that_breaks_the_protocol_ends_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Garbage after a good upgrade ends that connection, not the listener or the server."""
+    async with open_raw_server(tmp_path, "tcp", monkeypatch) as raw:
+        rig = raw.rig
+        url = f"{raw.link}{HOST_CONNECTIONS_PATH}"
+        headers = [(b"authorization", f"Bearer {rig.token}".encode())]
+        with trio.fail_after(20):
+            async with open_transport(url, extra_headers=headers) as stream:
+                await stream.send_all(b"\xff" * 64)  # not a yamux frame (version 255)
+                while await stream.receive_some(65536):  # the edge hangs up on it
+                    pass
+            # The port and the server still serve: a real host links afterwards.
+            async with trio.open_nursery() as nursery:
+                shutdown = trio.Event()
+                await nursery.start(partial(serve_hostd, _config(raw), shutdown=shutdown))
+                await _wait_registered(rig.edge, rig.host_id)
+                shutdown.set()
+
+
+async def test_a_link_that_never_says_hello_ends_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An error inside a route (here the hello timeout) ends that connection only, as Hypercorn
+    does for the WebSocket route: the listener and the server go on."""
+    monkeypatch.setattr("devyard.server.edge.links._HELLO_TIMEOUT", 0.2)
+    async with open_raw_server(tmp_path, "tcp", monkeypatch) as raw:
+        rig = raw.rig
+        url = f"{raw.link}{HOST_CONNECTIONS_PATH}"
+        headers = [(b"authorization", f"Bearer {rig.token}".encode())]
+        with trio.fail_after(20):
+            async with open_transport(url, extra_headers=headers) as stream:
+                while await stream.receive_some(65536):  # silent: the edge gives up on it
+                    pass
+            async with trio.open_nursery() as nursery:
+                shutdown = trio.Event()
+                await nursery.start(partial(serve_hostd, _config(raw), shutdown=shutdown))
+                await _wait_registered(rig.edge, rig.host_id)
+                shutdown.set()
