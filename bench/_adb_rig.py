@@ -83,21 +83,28 @@ async def open_server(workdir: Path) -> AsyncIterator[tuple[ServerInfo, BoundSer
         nursery.cancel_scope.cancel()
 
 
+async def bench_hostd_config(
+    workdir: Path, url: str, token_file: str, *, capacity: int, link: str | None
+) -> HostdConfig:
+    """hostd of a bench rig: virtual drivers, data in WORKDIR/host, quick reconnects."""
+    token = (await trio.Path(token_file).read_text()).strip()
+    return HostdConfig(
+        server_url=url,
+        token=token,
+        region=_REGION,
+        data_dir=workdir / "host",
+        capacity=capacity,
+        backoff_base=0.05,
+        link=link,
+    )
+
+
 @asynccontextmanager
 async def open_host(
     workdir: Path, url: str, token_file: str, link: str | None = None
 ) -> AsyncIterator[int]:
     """hostd (capacity 2) linked to `url`, and the direct device; yields the direct port."""
-    token = (await trio.Path(token_file).read_text()).strip()
-    hostd = HostdConfig(
-        server_url=url,
-        token=token,
-        region=_REGION,
-        data_dir=workdir / "host",
-        capacity=2,
-        backoff_base=0.05,
-        link=link,
-    )
+    hostd = await bench_hostd_config(workdir, url, token_file, capacity=2, link=link)
     spec = DeviceSpec(Platform.ANDROID, "bench-direct", workdir / "direct-device")
     shutdown = trio.Event()
     async with trio.open_nursery() as nursery, open_device(spec) as device:

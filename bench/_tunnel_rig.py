@@ -21,25 +21,15 @@ from typing import Final
 
 import trio
 
+from bench._adb_rig import bench_hostd_config
 from bench._child import run_with_lifeline
-from devyard.hostd.daemon import HostdConfig, serve_hostd
-from devyard.server.config import ServerConfig
+from devyard.hostd.daemon import serve_hostd
 
 READY: Final = "READY "
-_REGION: Final = ServerConfig(data_dir=Path(".")).region
 
 
 async def _host(workdir: Path, url: str, token_file: str, link: str | None = None) -> None:
-    token = (await trio.Path(token_file).read_text()).strip()
-    hostd = HostdConfig(
-        server_url=url,
-        token=token,
-        region=_REGION,
-        data_dir=workdir / "host",
-        capacity=1,
-        backoff_base=0.05,
-        link=link,
-    )
+    hostd = await bench_hostd_config(workdir, url, token_file, capacity=1, link=link)
     async with trio.open_nursery() as nursery:
         await nursery.start(partial(serve_hostd, hostd))
         print(READY + json.dumps({}), flush=True)

@@ -15,10 +15,10 @@ import trio
 
 from .asgi_stream import Send
 
-__all__ = ["bearer_token", "reject_websocket", "send_http", "send_http_error"]
+__all__ = ["bearer_token", "error_body", "reject_websocket", "send_http", "send_http_error"]
 
 
-def _error_body(message: str, reason: str) -> bytes:
+def error_body(message: str, reason: str) -> bytes:
     return json.dumps({"message": message, "reason": reason}).encode()
 
 
@@ -53,7 +53,7 @@ async def reject_websocket(
 ) -> None:
     """Refuse an upgrade with an HTTP response (ASGI websocket.http.response), else close."""
     if "websocket.http.response" in scope.get("extensions", {}):
-        body = _error_body(message, reason)
+        body = error_body(message, reason)
         await send(
             {
                 "type": "websocket.http.response.start",
@@ -76,5 +76,5 @@ async def send_http(
 
 
 async def send_http_error(send: Send, status: int, message: str, reason: str) -> None:
-    body = _error_body(message, reason)
+    body = error_body(message, reason)
     await send_http(send, status, body, _error_headers(status, body))

@@ -63,6 +63,7 @@ from ..tunnels import (
     TokenInvalid,
     TunnelStatus,
 )
+from .asgi import bearer_token
 from .asgi_stream import Receive, Send, accept_link_stream
 
 log = logging.getLogger(__name__)
@@ -309,7 +310,7 @@ class ConnectorHub:
         if first.get("type") != "websocket.connect":
             return
         try:
-            tunnel = await self._directory.authenticate(_bearer(scope))
+            tunnel = await self._directory.authenticate(bearer_token(scope) or "")
         except TokenExpired:
             await _reject(scope, send, "token-expired", "the tunnel token expired")
             return
@@ -528,15 +529,6 @@ async def _send_quietly(connector: _Connector, message: dict[str, Any]) -> None:
         await connector.control.send(message)
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         log.info("%r: link broke while sending %s", connector, message.get("type"))
-
-
-def _bearer(scope: MutableMapping[str, Any]) -> str:
-    for name, value in scope.get("headers", []):
-        if bytes(name).lower() == b"authorization":
-            scheme, _, credential = bytes(value).decode("latin-1").partition(" ")
-            if scheme.lower() == "bearer":
-                return credential.strip()
-    return ""
 
 
 async def _reject(scope: MutableMapping[str, Any], send: Send, code: str, message: str) -> None:

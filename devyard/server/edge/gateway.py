@@ -181,12 +181,11 @@ class InstanceGateway:
             return
         if raw:
             client: trio.abc.Stream = await accept_link_stream(scope, receive, send)
-        elif endpoint == "adb" and self.raw_link is not None:
-            headers = [(RAW_LINK_HEADER.encode(), self.raw_link.encode())]
-            await send({"type": "websocket.accept", "headers": headers})
-            client = ASGIWebSocketStream(receive, send)
         else:
-            await send({"type": "websocket.accept"})
+            headers = []
+            if endpoint == "adb" and self.raw_link is not None:  # tell the forwarder
+                headers.append((RAW_LINK_HEADER.encode(), self.raw_link.encode()))
+            await send({"type": "websocket.accept", "headers": headers})
             client = ASGIWebSocketStream(receive, send)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._keep_touching, access.instance_id)

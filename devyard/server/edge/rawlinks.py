@@ -10,7 +10,6 @@ refusals (status and JSON body) and the link's life are one code path.
 
 from __future__ import annotations
 
-import json
 import logging
 import ssl
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
@@ -19,6 +18,7 @@ from typing import Any, Final
 import trio
 
 from ...core import UpgradeRequest, accept_upgrade
+from .asgi import error_body
 from .asgi_stream import RAW_LINK_EXTENSION, Receive, Send
 
 log = logging.getLogger(__name__)
@@ -71,8 +71,7 @@ class _RawLink:
 
 
 async def _refuse(request: UpgradeRequest, status: int, message: str, reason: str) -> None:
-    body = json.dumps({"message": message, "reason": reason}).encode()
-    await request.reject(status, body)
+    await request.reject(status, error_body(message, reason))
 
 
 def _scope(request: UpgradeRequest, link: _RawLink, client: Any) -> dict[str, Any]:

@@ -204,25 +204,30 @@ def test_which_raw_link_the_adb_websocket_names(
     assert advertised_raw_link(config, 7443) == advertised
 
 
+async def _misbehave_then_link_a_real_host(raw: RawRig, garbage: bytes) -> None:
+    """A host link that sends *garbage* (or nothing) after a good upgrade, read until the edge
+    hangs up; then a real host links, so the port and the server still serve."""
+    url = f"{raw.link}{HOST_CONNECTIONS_PATH}"
+    headers = [(b"authorization", f"Bearer {raw.rig.token}".encode())]
+    with trio.fail_after(20):
+        async with open_transport(url, extra_headers=headers) as stream:
+            if garbage:
+                await stream.send_all(garbage)
+            while await stream.receive_some(65536):  # the edge hangs up on it
+                pass
+        async with trio.open_nursery() as nursery:
+            shutdown = trio.Event()
+            await nursery.start(partial(serve_hostd, _config(raw), shutdown=shutdown))
+            await _wait_registered(raw.rig.edge, raw.rig.host_id)
+            shutdown.set()
+
+
 async def test_a_link_that_breaks_the_protocol_ends_alone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Garbage after a good upgrade ends that connection, not the listener or the server."""
     async with open_raw_server(tmp_path, "tcp", monkeypatch) as raw:
-        rig = raw.rig
-        url = f"{raw.link}{HOST_CONNECTIONS_PATH}"
-        headers = [(b"authorization", f"Bearer {rig.token}".encode())]
-        with trio.fail_after(20):
-            async with open_transport(url, extra_headers=headers) as stream:
-                await stream.send_all(b"\xff" * 64)  # not a yamux frame (version 255)
-                while await stream.receive_some(65536):  # the edge hangs up on it
-                    pass
-            # The port and the server still serve: a real host links afterwards.
-            async with trio.open_nursery() as nursery:
-                shutdown = trio.Event()
-                await nursery.start(partial(serve_hostd, _config(raw), shutdown=shutdown))
-                await _wait_registered(rig.edge, rig.host_id)
-                shutdown.set()
+        await _misbehave_then_link_a_real_host(raw, b"\xff" * 64)  # yamux version 255
 
 
 async def test_a_link_that_never_says_hello_ends_alone(
@@ -232,15 +237,4 @@ async def test_a_link_that_never_says_hello_ends_alone(
     does for the WebSocket route: the listener and the server go on."""
     monkeypatch.setattr("devyard.server.edge.links._HELLO_TIMEOUT", 0.2)
     async with open_raw_server(tmp_path, "tcp", monkeypatch) as raw:
-        rig = raw.rig
-        url = f"{raw.link}{HOST_CONNECTIONS_PATH}"
-        headers = [(b"authorization", f"Bearer {rig.token}".encode())]
-        with trio.fail_after(20):
-            async with open_transport(url, extra_headers=headers) as stream:
-                while await stream.receive_some(65536):  # silent: the edge gives up on it
-                    pass
-            async with trio.open_nursery() as nursery:
-                shutdown = trio.Event()
-                await nursery.start(partial(serve_hostd, _config(raw), shutdown=shutdown))
-                await _wait_registered(rig.edge, rig.host_id)
-                shutdown.set()
+        await _misbehave_then_link_a_real_host(raw, b"")  # silent: the edge gives up on it
