@@ -25,6 +25,7 @@ _unpack_from = HEADER.unpack_from
 _DATA = int(FrameType.DATA)
 _TYPES = {int(t): t for t in FrameType}
 _ALL_FLAGS = int(Flag.SYN | Flag.ACK | Flag.FIN | Flag.RST)
+_LAST_FLAGS = int(Flag.FIN | Flag.RST)  # what the last fragment of a cut DATA frame carries
 
 
 def encode_data_header(flags: int, stream_id: int, length: int) -> bytes:
@@ -57,16 +58,24 @@ def encode_frame(frame: Frame) -> bytes:
 class FrameDecoder:
     """Incremental decoder. `max_payload` bounds a DATA frame (a larger one is a protocol error).
 
-    Whole frames are parsed straight from the caller's buffer. Only a frame cut by the end of
-    a chunk is held back: a partial header (under 12 bytes) as a copy, a DATA payload as the
-    pieces seen so far (views of immutable `bytes` chunks, copies of anything else), joined
-    once when the last piece arrives. So every payload byte is copied once, whatever the split.
+    Whole frames are parsed straight from the caller's buffer, and a whole DATA payload is a
+    read-only view of it: no copy (the receiver decides whether to copy; see
+    MuxStream._on_data). Only a frame cut by the end of a chunk is held back: a partial header
+    (under 12 bytes) as a copy, a DATA payload as the pieces seen so far (views of immutable
+    `bytes` chunks, copies of anything else), joined once when the last piece arrives.
+
+    With `fragments=True` a cut DATA payload is not held back either: each piece comes out as
+    it arrives, as a DATA frame of that piece's length for the same stream, so no payload byte
+    is ever copied. The first piece carries the frame's SYN and ACK, the last its FIN and RST,
+    the ones between no flags. (The session reads large chunks, so most large frames are cut;
+    a stream does not care where one frame ends and the next begins.)
     """
 
-    __slots__ = ("_broken", "_head", "_max_payload", "_need", "_parts", "_pending")
+    __slots__ = ("_broken", "_fragments", "_head", "_max_payload", "_need", "_parts", "_pending")
 
-    def __init__(self, max_payload: int) -> None:
+    def __init__(self, max_payload: int, *, fragments: bool = False) -> None:
         self._max_payload = max_payload
+        self._fragments = fragments
         self._broken = False
         self._head = b""  # bytes of a header not yet complete
         self._pending: tuple[int, int, int] | None = None  # flags, sid, length of a cut DATA
@@ -75,7 +84,7 @@ class FrameDecoder:
 
     @property
     def buffered(self) -> int:
-        """Bytes held back because they do not yet form a whole frame."""
+        """Bytes of a frame not yet complete (held back, or passed on as fragments)."""
         if self._pending is not None:
             return HEADER_SIZE + self._pending[2] - self._need
         return len(self._head)
@@ -88,6 +97,7 @@ class FrameDecoder:
             data = bytes(data)  # we may keep views of it: the caller may reuse a mutable buffer
         pos = 0
         end = len(data)
+        view = memoryview(data)
         if self._pending is not None:
             pos = self._continue_payload(data, frames)
             if self._pending is not None:
@@ -97,45 +107,69 @@ class FrameDecoder:
             if end < missing:
                 self._head += data
                 return frames
-            data = self._head + data  # a header cut in two: rare with large chunks
+            header = self._head + data[:missing]  # a header cut in two: only it is joined
             self._head = b""
-            end = len(data)
-        view = memoryview(data)
-        max_payload = self._max_payload
+            pos = self._frame(header, 0, view, missing, end=end, frames=frames)
+            if self._need:  # that frame's payload runs past this chunk
+                return frames
         while end - pos >= HEADER_SIZE:
-            version, ftype, flags, sid, length = _unpack_from(data, pos)
-            if version != PROTOCOL_VERSION:
-                raise self._fail(f"unsupported protocol version {version}")
-            if flags & ~_ALL_FLAGS:
-                raise self._fail(f"unknown flags {flags:#x}")
-            if ftype == _DATA:
-                if length > max_payload:
-                    raise self._fail(f"DATA frame of {length} bytes exceeds {max_payload}")
-                start = pos + HEADER_SIZE
-                stop = start + length
-                if stop > end:
-                    self._pending = (flags, sid, length)
-                    self._parts = [view[start:]]
-                    self._need = stop - end
-                    return frames
-                frames.append(Frame(FrameType.DATA, flags, sid, length, data[start:stop]))
-                pos = stop
-            else:
-                kind = _TYPES.get(ftype)
-                if kind is None:
-                    raise self._fail(f"unknown frame type {ftype}")
-                frames.append(Frame(kind, flags, sid, length))
-                pos += HEADER_SIZE
+            pos = self._frame(data, pos, view, pos + HEADER_SIZE, end=end, frames=frames)
+            if self._need:
+                return frames
         if pos < end:
             self._head = data[pos:]
         return frames
+
+    def _frame(
+        self, header: bytes, at: int, view: memoryview, start: int, *, end: int, frames: list[Frame]
+    ) -> int:
+        """Decode the header at header[at:], whose payload (if any) starts at view[start:end].
+
+        Returns where the next frame starts; a payload cut by `end` leaves `_pending` set.
+        """
+        version, ftype, flags, sid, length = _unpack_from(header, at)
+        if version != PROTOCOL_VERSION:
+            raise self._fail(f"unsupported protocol version {version}")
+        if flags & ~_ALL_FLAGS:
+            raise self._fail(f"unknown flags {flags:#x}")
+        if ftype != _DATA:
+            kind = _TYPES.get(ftype)
+            if kind is None:
+                raise self._fail(f"unknown frame type {ftype}")
+            frames.append(Frame(kind, flags, sid, length))
+            return start
+        if length > self._max_payload:
+            raise self._fail(f"DATA frame of {length} bytes exceeds {self._max_payload}")
+        stop: int = start + length
+        if stop <= end:
+            frames.append(Frame(FrameType.DATA, flags, sid, length, view[start:stop]))
+            return stop
+        self._need = stop - end
+        if not self._fragments:
+            self._pending = (flags, sid, length)
+            self._parts = [view[start:]]
+            return end
+        self._pending = (flags & _LAST_FLAGS, sid, length)
+        first = flags & ~_LAST_FLAGS
+        if start < end or first:
+            piece = view[start:]
+            frames.append(Frame(FrameType.DATA, first, sid, len(piece), piece))
+        return end
 
     def _continue_payload(self, data: bytes, frames: list[Frame]) -> int:
         """Add the next piece of a cut DATA payload; return where the next frame starts."""
         assert self._pending is not None
         take = min(self._need, len(data))
-        self._parts.append(memoryview(data)[:take])
         self._need -= take
+        if self._fragments:
+            flags, sid, _ = self._pending
+            done = self._need == 0
+            piece = memoryview(data)[:take]
+            frames.append(Frame(FrameType.DATA, flags if done else 0, sid, take, piece))
+            if done:
+                self._pending = None
+            return take
+        self._parts.append(memoryview(data)[:take])
         if self._need == 0:
             flags, sid, length = self._pending
             frames.append(Frame(FrameType.DATA, flags, sid, length, b"".join(self._parts)))

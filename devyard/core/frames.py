@@ -73,13 +73,17 @@ class GoAwayCode(enum.IntEnum):
 
 @attrs.frozen(slots=True)
 class Frame:
-    """One decoded frame. `payload` is empty for every type but DATA."""
+    """One decoded frame. `payload` is empty for every type but DATA.
+
+    A decoded DATA payload is a read-only view of the bytes it arrived in (no copy); keep it
+    only as long as needed, or take `bytes(payload)`, since it holds that whole chunk alive.
+    """
 
     type: FrameType
     flags: int  # a Flag value, kept as int: building IntFlag per frame costs more than decoding
     stream_id: int
     length: int
-    payload: bytes = b""
+    payload: bytes | memoryview = b""
 
     def __repr__(self) -> str:
         return (

@@ -11,7 +11,8 @@ Theory of operation
 * the **writer**, the only task that writes the transport: control frames (window updates,
   ACKs, pings, resets, GO_AWAY) go first, then data frames in FIFO order; everything pending,
   up to `max_write_batch` (`MessageStream.max_send` over a WebSocket), is joined into one
-  `send_all`, always whole frames (a WebSocket message then carries whole frames). FIN
+  `send_all` (over a plain TCP socket, one `sendmsg` of the pieces: no join), always whole
+  frames (a WebSocket message then carries whole frames). FIN
   travels with the data so it never overtakes it. Woken with little pending, it lets the
   tasks already runnable take two turns first, so frames queued together share one write.
 * the **keepalive**: PING after `keepalive_interval` without inbound frames, the session is
@@ -64,6 +65,7 @@ from .frames import HEADER_SIZE, MAX_STREAM_ID, Flag, Frame, FrameType, GoAwayCo
 from .state import StreamState
 from .stream import YAMUX_INITIAL_WINDOW, MuxStream
 from .transports import MessageStream
+from .vectored import piece_sender
 
 __all__ = ["Session", "SessionStatistics", "open_session"]
 
@@ -106,8 +108,10 @@ class Session:
         self._max_write = config.max_write_batch
         if isinstance(transport, MessageStream):  # one write is one message: keep it small
             self._max_write = min(self._max_write, transport.max_send)
+        #: Largest DATA payload sent: a frame always fits in one write (one message).
+        self.max_frame: Final = min(config.max_frame_payload, self._max_write - HEADER_SIZE)
         # Go yamux sends DATA frames as large as the window; the window check bounds them.
-        self._decoder = FrameDecoder(config.max_window)
+        self._decoder = FrameDecoder(config.max_window, fragments=True)
         self._next_id = 1 if client else 2
         self._streams: dict[int, MuxStream] = {}
         self._accept_queue: deque[MuxStream] = deque()
@@ -313,8 +317,7 @@ class Session:
             self._end(SessionBrokenError(f"transport failed: {exc!r}"))
 
     async def _writer(self) -> None:
-        send_all = self._transport.send_all
-        max_batch = self._max_write
+        send = piece_sender(self._transport)
         write_timeout = self.config.write_timeout
         # One scope for every write, its deadline armed only while a write is under way: a
         # fresh move_on_after per write cost as much as the rest of a small write's bookkeeping.
@@ -331,24 +334,9 @@ class Session:
                                 break
                             await cancel_shielded_checkpoint()
                         continue
-                    batch = self._control
-                    self._control = []
-                    size = HEADER_SIZE * len(batch)  # control frames are bare headers
-                    data_bytes = 0
-                    queue = self._data
-                    while queue and (size < max_batch or not batch):
-                        header, payload = queue[0]
-                        frame_size = len(header) + len(payload)
-                        if size + frame_size > max_batch and batch:
-                            break
-                        queue.popleft()
-                        batch.append(header)
-                        if payload:
-                            batch.append(payload)  # type: ignore[arg-type]
-                        size += frame_size
-                        data_bytes += frame_size
+                    batch, size, data_bytes = self._next_batch()
                     write_scope.deadline = trio.current_time() + write_timeout
-                    await send_all(b"".join(batch))
+                    await send(batch)
                     write_scope.deadline = math.inf
                     self._bytes_sent += size
                     if data_bytes:
@@ -364,6 +352,31 @@ class Session:
                 await trio.aclose_forcefully(self._transport)
             if self._background is not None:
                 self._background.cancel()
+
+    def _next_batch(self) -> tuple[list[bytes | memoryview], int, int]:
+        """The next write: every control frame, then whole data frames up to _max_write.
+
+        Returns the pieces, their total size, and how much of it is data frames.
+        """
+        control = self._control
+        self._control = []
+        size = HEADER_SIZE * len(control)  # control frames are bare headers
+        batch: list[bytes | memoryview] = [b"".join(control)] if control else []
+        data_bytes = 0
+        max_batch = self._max_write
+        queue = self._data
+        while queue and (size < max_batch or not batch):
+            header, payload = queue[0]
+            frame_size = len(header) + len(payload)
+            if size + frame_size > max_batch and batch:
+                break
+            queue.popleft()
+            batch.append(header)
+            if payload:
+                batch.append(payload)
+            size += frame_size
+            data_bytes += frame_size
+        return batch, size, data_bytes
 
     async def _keepalive(self) -> None:
         interval = self.config.keepalive_interval

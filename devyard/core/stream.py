@@ -25,7 +25,8 @@ writing to a stream nobody reads learns it (BrokenResourceError) instead of bloc
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Final
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Final, TypeAlias, cast
 
 import trio
 from trio.lowlevel import (
@@ -43,7 +44,7 @@ from .state import StreamEvent, StreamState, transition
 if TYPE_CHECKING:
     from .session import Session
 
-__all__ = ["YAMUX_INITIAL_WINDOW", "MuxStream"]
+__all__ = ["YAMUX_INITIAL_WINDOW", "DirectSink", "MuxStream"]
 
 #: The window every yamux stream starts with, in both directions, before any WINDOW_UPDATE.
 YAMUX_INITIAL_WINDOW: Final = 256 * 1024
@@ -55,6 +56,13 @@ _RST: Final = int(Flag.RST)
 _TERMINAL: Final = frozenset({StreamState.CLOSED, StreamState.RESET})
 #: What receive_some() without max_bytes hands out at most in one call.
 _COALESCE: Final = 256 * 1024
+#: A buffered payload that is a view of a received chunk is copied out of it when it is under
+#: this share of the chunk, so a trickle of small frames cannot pin many large chunks.
+_PIN_SHARE: Final = 4
+
+#: Takes bytes that arrived on a stream, synchronously, and returns how many it took (see
+#: `MuxStream._set_direct_sink`). It must not raise.
+DirectSink: TypeAlias = Callable[[memoryview], int]
 
 
 class MuxStream(trio.abc.HalfCloseableStream):
@@ -69,7 +77,8 @@ class MuxStream(trio.abc.HalfCloseableStream):
         self._answered = not opened_locally  # the peer ACKed, or sent us anything
         self._reset_by_peer = False
         # receive side
-        self._buf: deque[bytes] = deque()
+        self._buf: deque[bytes | memoryview] = deque()
+        self._direct: DirectSink | None = None
         self._buf_offset = 0  # consumed bytes of self._buf[0]
         self._buffered = 0
         window = session.config.initial_window
@@ -100,6 +109,17 @@ class MuxStream(trio.abc.HalfCloseableStream):
                 raise TypeError("max_bytes must be an integer or None")
             if max_bytes < 1:
                 raise ValueError("max_bytes must be >= 1")
+        parts = await self._receive_parts(_COALESCE if max_bytes is None else max_bytes)
+        if not parts:
+            return b""
+        return bytes(parts[0]) if len(parts) == 1 else b"".join(parts)
+
+    async def _receive_parts(self, limit: int) -> list[bytes | memoryview]:
+        """receive_some() as the buffered pieces themselves, not joined ([] at EOF).
+
+        The pieces are `bytes` or read-only views of `bytes`: they never change. For core.splice,
+        which passes them on without copying them.
+        """
         with self._recv_conflict:
             await checkpoint_if_cancelled()
             blocked = False
@@ -107,61 +127,52 @@ class MuxStream(trio.abc.HalfCloseableStream):
                 if self._app_closed:
                     raise trio.ClosedResourceError("this stream was closed")
                 if self._buffered:
-                    data = self._take(max_bytes)
+                    parts = self._take(limit)
                     break
                 if self._state is StreamState.RESET:
                     raise self._reset_error()
                 if self._state in (StreamState.REMOTE_CLOSED, StreamState.CLOSED):
-                    data = b""
+                    parts = []
                     break
                 self._session._raise_if_ended()
                 blocked = True
                 await self._recv_lot.park()
             if not blocked:
                 await cancel_shielded_checkpoint()
-            return data
+            return parts
 
-    def _take(self, max_bytes: int | None) -> bytes:
+    def _take(self, limit: int) -> list[bytes | memoryview]:
+        """Up to `limit` buffered bytes, as the pieces they are buffered in."""
         buf = self._buf
-        head = buf[0]
         offset = self._buf_offset
-        available = len(head) - offset
-        limit = _COALESCE if max_bytes is None else max_bytes
-        if limit < available:
-            data = head[offset : offset + limit]
-            self._buf_offset = offset + limit
-        elif len(buf) == 1 or limit == available:
-            buf.popleft()
-            self._buf_offset = 0
-            data = head if offset == 0 else head[offset:]
-        else:
-            # Several frames are buffered: hand them out as one piece, so that whoever copies
-            # them on (splice) makes one write where it would have made one per frame.
-            parts: list[bytes | memoryview] = [memoryview(head)[offset:] if offset else head]
-            buf.popleft()
-            room = limit - available
-            while buf and room:
-                chunk = buf[0]
-                if len(chunk) <= room:
-                    parts.append(buf.popleft())
-                    room -= len(chunk)
-                else:
-                    parts.append(memoryview(chunk)[:room])
-                    self._buf_offset = room
-                    room = 0
-                    break
+        parts: list[bytes | memoryview] = []
+        room = limit
+        while buf and room:
+            chunk = buf[0]
+            available = len(chunk) - offset
+            if available <= room:
+                parts.append(memoryview(chunk)[offset:] if offset else buf[0])
+                buf.popleft()
+                room -= available
+                offset = 0
             else:
-                self._buf_offset = 0
-            data = b"".join(parts)
-        n = len(data)
-        self._buffered -= n
+                parts.append(memoryview(chunk)[offset : offset + room])
+                offset += room
+                room = 0
+        self._buf_offset = offset
+        taken = limit - room
+        self._buffered -= taken
+        self._consumed(taken)
+        return parts
+
+    def _consumed(self, n: int) -> None:
+        """The application took n bytes: credit them back once half the window is used."""
         self._unacked += n
         if self._unacked >= self._window_max >> 1 and self._state in (
             StreamState.OPEN,
             StreamState.LOCAL_CLOSED,
         ):
             self._return_credit()
-        return data
 
     def _return_credit(self) -> None:
         delta = self._unacked
@@ -179,11 +190,13 @@ class MuxStream(trio.abc.HalfCloseableStream):
         with self._send_conflict:
             await checkpoint_if_cancelled()
             self._check_can_send()
-            # We keep the payload past our return: copy anything mutable.
-            payload = memoryview(data if isinstance(data, bytes) else bytes(data))
+            # We keep the payload past our return: copy anything that could change.
+            if not isinstance(data, bytes) and not _immutable_view(data):
+                data = bytes(data)
+            payload = memoryview(data)
             total = len(payload)
             session = self._session
-            max_frame = session.config.max_frame_payload
+            max_frame = session.max_frame
             offset = 0
             blocked = False
             while offset < total:
@@ -198,6 +211,34 @@ class MuxStream(trio.abc.HalfCloseableStream):
             self.bytes_sent += total
             if not blocked:
                 await cancel_shielded_checkpoint()
+
+    def _send_nowait(self, data: memoryview) -> int:
+        """Queue as much of `data` as credit and outbound room allow, now; return how much.
+
+        The caller guarantees no task is in send_all (core.splice: its pump is parked) and
+        that `data` stays unchanged until sent (a view of immutable received bytes).
+        """
+        session = self._session
+        if (
+            self._app_closed
+            or session._ended
+            or self._state not in (StreamState.OPEN, StreamState.REMOTE_CLOSED)
+        ):
+            return 0
+        n = min(
+            len(data), self._send_window, session.config.max_outbound_buffer - session._outbound
+        )
+        if n <= 0:
+            return 0
+        max_frame = session.max_frame
+        offset = 0
+        while offset < n:
+            end = min(n, offset + max_frame)
+            session._queue_data(self.stream_id, data[offset:end])
+            offset = end
+        self._send_window -= n
+        self.bytes_sent += n
+        return n
 
     async def wait_send_all_might_not_block(self) -> None:
         with self._send_conflict:
@@ -269,7 +310,7 @@ class MuxStream(trio.abc.HalfCloseableStream):
 
     # ---- session side: frames in ------------------------------------------------------------
 
-    def _on_frame(self, flags: int, data: bytes) -> None:
+    def _on_frame(self, flags: int, data: bytes | memoryview) -> None:
         """Handle one DATA or WINDOW_UPDATE frame's flags and payload (not its window delta)."""
         if flags & _ACK:
             self._answered = True
@@ -284,7 +325,7 @@ class MuxStream(trio.abc.HalfCloseableStream):
         if flags & _RST:
             self._on_reset()
 
-    def _on_data(self, data: bytes) -> None:
+    def _on_data(self, data: bytes | memoryview) -> None:
         n = len(data)
         if n > self._recv_window:
             raise RemoteProtocolError(
@@ -299,9 +340,31 @@ class MuxStream(trio.abc.HalfCloseableStream):
             self._send_rst()
             self._session._forget(self)
             return
+        direct = self._direct
+        if direct is not None and not self._buffered and self._recv_lot:
+            # The one receiving task is parked with nothing in hand: whatever it would do
+            # with these bytes, the direct sink does now, without a copy or a task switch.
+            taken = direct(memoryview(data))
+            if taken:
+                self._consumed(taken)
+                if taken == n:
+                    return
+                data = data[taken:]
+                n -= taken
+        if isinstance(data, memoryview) and n * _PIN_SHARE < len(cast(bytes, data.obj)):
+            data = bytes(data)
         self._buf.append(data)
         self._buffered += n
         self._recv_lot.unpark()
+
+    def _set_direct_sink(self, sink: DirectSink | None) -> None:
+        """Let the session's reader hand arriving bytes to `sink` (None: stop).
+
+        Only while the single task receiving from this stream is parked in receive_some with
+        nothing buffered, so order is kept: that task has passed on all it took. Whatever the
+        sink does not take is buffered as usual and wakes the task. Used by core.splice.
+        """
+        self._direct = sink
 
     def _on_window_update(self, delta: int) -> None:
         if delta:
@@ -343,3 +406,8 @@ class MuxStream(trio.abc.HalfCloseableStream):
         if not self._answered:
             return StreamRefusedError(f"the peer refused stream {self.stream_id}")
         return StreamResetError(f"the peer reset stream {self.stream_id}")
+
+
+def _immutable_view(data: bytes | bytearray | memoryview) -> bool:
+    """Whether `data` is a read-only view of `bytes` (which nothing can change)."""
+    return isinstance(data, memoryview) and data.readonly and isinstance(data.obj, bytes)
