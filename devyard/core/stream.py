@@ -230,6 +230,7 @@ class MuxStream(trio.abc.HalfCloseableStream):
         )
         if n <= 0:
             return 0
+        data = memoryview(_unpinned(data[:n]))  # it waits in the queue: must not pin a chunk
         max_frame = session.max_frame
         offset = 0
         while offset < n:
@@ -351,9 +352,7 @@ class MuxStream(trio.abc.HalfCloseableStream):
                     return
                 data = data[taken:]
                 n -= taken
-        if isinstance(data, memoryview) and n * _PIN_SHARE < len(cast(bytes, data.obj)):
-            data = bytes(data)
-        self._buf.append(data)
+        self._buf.append(_unpinned(data))
         self._buffered += n
         self._recv_lot.unpark()
 
@@ -411,3 +410,14 @@ class MuxStream(trio.abc.HalfCloseableStream):
 def _immutable_view(data: bytes | bytearray | memoryview) -> bool:
     """Whether `data` is a read-only view of `bytes` (which nothing can change)."""
     return isinstance(data, memoryview) and data.readonly and isinstance(data.obj, bytes)
+
+
+def _unpinned(data: bytes | memoryview) -> bytes | memoryview:
+    """`data`, copied out if it is a view of a chunk over _PIN_SHARE times its size.
+
+    A kept view keeps its whole chunk alive, so a trickle of small pieces of large chunks
+    could hold many times the bytes that windows and buffers bound.
+    """
+    if isinstance(data, memoryview) and len(data) * _PIN_SHARE < len(cast(bytes, data.obj)):
+        return bytes(data)
+    return data

@@ -118,6 +118,17 @@ async def test_buffered_pieces_are_views_unless_small_against_their_chunk() -> N
         assert type(data) is bytes and data == bytes(10)
 
 
+async def test_passing_on_a_small_piece_of_a_big_chunk_queues_a_copy() -> None:
+    async with session_pair() as (client, _server):
+        tx = await client.open_stream()
+        chunk = bytes(512 * KiB)
+        assert tx._send_nowait(memoryview(chunk)[:100]) == 100
+        assert tx._send_nowait(memoryview(chunk)[: 200 * KiB]) == 200 * KiB
+        small, large = (payload for _, payload in list(client._data)[-2:])
+        assert isinstance(small, memoryview) and small.obj is not chunk and len(small) == 100
+        assert isinstance(large, memoryview) and large.obj is chunk
+
+
 async def test_send_all_keeps_views_of_bytes_but_copies_what_can_change() -> None:
     async with session_pair() as (client, server):
         tx = await client.open_stream()
