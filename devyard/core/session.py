@@ -5,9 +5,11 @@ Theory of operation
 `open_session(transport, client=...)` runs three background tasks in a nursery it owns:
 
 * the **reader**, the only task that reads the transport: it feeds bytes to the pure
-  FrameDecoder and dispatches every frame synchronously, into bounded per-stream buffers
-  (stream.py). It never awaits anything but the transport, so a stream whose application stalls
-  cannot hold up the others: its window, not the reader, absorbs the stall.
+  FrameDecoder (payloads are views of what was read, a payload cut by a read comes in pieces)
+  and dispatches every frame synchronously, into bounded per-stream buffers (stream.py), or,
+  for a stream a splice is waiting on, straight on to where the splice sends (splice.py). It
+  never awaits anything but the transport, so a stream whose application stalls cannot hold
+  up the others: its window, not the reader, absorbs the stall.
 * the **writer**, the only task that writes the transport: control frames (window updates,
   ACKs, pings, resets, GO_AWAY) go first, then data frames in FIFO order; everything pending,
   up to `max_write_batch` (`MessageStream.max_send` over a WebSocket), is joined into one

@@ -17,6 +17,11 @@ when credit is returned) has its window doubled up to `max_window`, within the s
 window budget; a stalled reader never grows and never gets more than `window_max` buffered, so it
 cannot delay any other stream. A peer that sends past its credit is a protocol error.
 
+Copies. Buffered payloads are views of the chunks the session read (small ones are copied out,
+so they do not pin big chunks); receive_some joins them into the bytes it returns, while
+core.splice takes them as they are (`_receive_parts`) and, while its pump waits, has the reader
+pass arriving bytes straight on (`_set_direct_sink`, `_send_nowait`).
+
 Closing follows TCP. `send_eof` sends FIN. `aclose` sends FIN, or RST when unread data is
 thrown away; data that arrives after `aclose` is answered with RST, so a peer that keeps
 writing to a stream nobody reads learns it (BrokenResourceError) instead of blocking forever.
