@@ -3,14 +3,15 @@ and running until done or a signal."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import statistics
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 import trio
 
@@ -18,9 +19,13 @@ __all__ = [
     "METRICS",
     "BenchError",
     "PathResult",
+    "add_window_options",
     "cpu_seconds",
+    "fmt_median",
     "only_child",
+    "print_path_table",
     "run_until_signal",
+    "window_settings",
 ]
 
 T = TypeVar("T")
@@ -50,6 +55,58 @@ class PathResult:
 
     def as_json(self) -> dict[str, float | None]:
         return {m: None if (v := self.value(m)) is None else round(v, 3) for m in METRICS}
+
+
+def add_window_options(parser: argparse.ArgumentParser) -> None:
+    """The options of a bench that measures paths in rounds of timed windows (mux, tunnel)."""
+    parser.add_argument("--quick", action="store_true", help="one short round: under 60 s")
+    parser.add_argument("--rounds", type=int, help="rounds over all paths (default 3, quick 1)")
+    parser.add_argument("--duration", type=float, help="seconds measured per figure")
+    parser.add_argument("--warmup", type=float, help="seconds before each measured window")
+    parser.add_argument("--open-workers", type=int, default=4, help="concurrent openers")
+
+
+def window_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """warmup, duration, rounds and open_workers from add_window_options' options."""
+    return {
+        "warmup": args.warmup if args.warmup is not None else (0.3 if args.quick else 0.5),
+        "duration": args.duration if args.duration is not None else (1.0 if args.quick else 2.5),
+        "rounds": args.rounds if args.rounds is not None else (1 if args.quick else 3),
+        "open_workers": args.open_workers,
+    }
+
+
+def fmt_median(samples: list[float], digits: int) -> str:
+    """The median, with min-max beside it when there are several samples; "-" for none."""
+    if not samples:
+        return "-"
+    text = f"{statistics.median(samples):.{digits}f}"
+    if len(samples) > 1:
+        text += f" ({min(samples):.{digits}f}-{max(samples):.{digits}f})"
+    return text
+
+
+def print_path_table(results: Iterable[PathResult], skipped: dict[str, str]) -> None:
+    """The table of a stream-carrying path's figures (bench mux, bench tunnel)."""
+    rows = [("path", "Gbit/s x1", "Gbit/s x4", "opens/s", "notes")]
+    for r in results:
+        rows.append(
+            (
+                r.name,
+                fmt_median(r.samples["gbps_1"], 2),
+                fmt_median(r.samples["gbps_4"], 2),
+                fmt_median(r.samples["opens_per_s"], 0),
+                "; ".join(r.notes),
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    for row in rows:
+        cells = [row[0].ljust(widths[0])] + [
+            c.rjust(w) for c, w in zip(row[1:4], widths[1:], strict=True)
+        ]
+        print("  ".join(cells), " ", row[4])
+    for name, why in skipped.items():
+        print(f"{name.ljust(widths[0])}  left out: {why.strip().splitlines()[0]}")
 
 
 def cpu_seconds(pid: int) -> float:

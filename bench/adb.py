@@ -41,7 +41,7 @@ import trio
 
 from bench._adb_rig import READY, START_TIMEOUT, RigInfo, open_rig
 from bench._procs import Child, ChildError, spawn
-from bench._results import BenchError, cpu_seconds, only_child, run_until_signal
+from bench._results import BenchError, cpu_seconds, fmt_median, only_child, run_until_signal
 
 PATHS: Final = ("direct", "bridged", "bridged_ws")
 TARGET: Final = 0.7  # bridged / direct, issue 6
@@ -271,20 +271,11 @@ async def run(settings: Settings, adb_exe: str) -> dict[str, PathResult]:
     return results
 
 
-def _fmt(samples: list[float]) -> str:
-    if not samples:
-        return "-"
-    text = f"{statistics.median(samples):.1f}"
-    if len(samples) > 1:
-        text += f" ({min(samples):.1f}-{max(samples):.1f})"
-    return text
-
-
 def print_table(results: dict[str, PathResult]) -> None:
     rows = [("path", "MB/s (adb)", "MB/s (wall)", "CPU ms per MiB pushed, by process")]
     for r in results.values():
         cpu = "  ".join(f"{p} {v:.1f}" for p, v in r.cpu().items())
-        rows.append((r.name, _fmt(r.mb_per_s), _fmt(r.wall_mb_per_s), cpu))
+        rows.append((r.name, fmt_median(r.mb_per_s, 1), fmt_median(r.wall_mb_per_s, 1), cpu))
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     for row in rows:
         print(row[0].ljust(widths[0]), row[1].rjust(widths[1]), row[2].rjust(widths[2]), row[3],

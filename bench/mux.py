@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import sys
 import tempfile
 from contextlib import AsyncExitStack
@@ -39,7 +38,13 @@ from bench._paths import (
     open_path,
 )
 from bench._procs import Child, ChildError, spawn
-from bench._results import PathResult, run_until_signal
+from bench._results import (
+    PathResult,
+    add_window_options,
+    print_path_table,
+    run_until_signal,
+    window_settings,
+)
 
 COMMAND_SLACK: Final = 30.0  # beyond warmup + duration: connects, teardown, a slow path
 
@@ -143,38 +148,6 @@ async def run(settings: Settings) -> tuple[list[PathResult], dict[str, str]]:
     return list(results.values()), skipped
 
 
-def _fmt(result: PathResult, metric: str, digits: int) -> str:
-    samples = result.samples[metric]
-    if not samples:
-        return "-"
-    text = f"{statistics.median(samples):.{digits}f}"
-    if len(samples) > 1:
-        text += f" ({min(samples):.{digits}f}-{max(samples):.{digits}f})"
-    return text
-
-
-def print_table(results: list[PathResult], skipped: dict[str, str]) -> None:
-    rows = [("path", "Gbit/s x1", "Gbit/s x4", "opens/s", "notes")]
-    for r in results:
-        rows.append(
-            (
-                r.name,
-                _fmt(r, "gbps_1", 2),
-                _fmt(r, "gbps_4", 2),
-                _fmt(r, "opens_per_s", 0),
-                "; ".join(r.notes),
-            )
-        )
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
-    for row in rows:
-        cells = [row[0].ljust(widths[0])] + [
-            c.rjust(w) for c, w in zip(row[1:4], widths[1:], strict=True)
-        ]
-        print("  ".join(cells), " ", row[4])
-    for name, why in skipped.items():
-        print(f"{name.ljust(widths[0])}  left out: {why.strip().splitlines()[0]}")
-
-
 def print_targets(results: list[PathResult]) -> None:
     by_name = {r.name: r for r in results}
 
@@ -211,7 +184,7 @@ async def _main(settings: Settings) -> int:
         f"{settings.duration:g} s windows after {settings.warmup:g} s warmup, "
         f"{settings.open_workers} open workers; median (min-max)\n"
     )
-    print_table(results, skipped)
+    print_path_table(results, skipped)
     print_targets(results)
     print(
         json.dumps(
@@ -228,11 +201,7 @@ def main(argv: list[str]) -> int:
         prog="python -m bench mux",
         description="Throughput and stream-open rate of devyard's mux and its peers on loopback.",
     )
-    parser.add_argument("--quick", action="store_true", help="one short round: under 60 s")
-    parser.add_argument("--rounds", type=int, help="rounds over all paths (default 3, quick 1)")
-    parser.add_argument("--duration", type=float, help="seconds measured per figure")
-    parser.add_argument("--warmup", type=float, help="seconds before each measured window")
-    parser.add_argument("--open-workers", type=int, default=4, help="concurrent openers")
+    add_window_options(parser)
     parser.add_argument(
         "--paths", default=",".join(PATHS), help=f"comma-separated subset of {','.join(PATHS)}"
     )
@@ -242,10 +211,7 @@ def main(argv: list[str]) -> int:
     if unknown:
         parser.error(f"unknown paths: {', '.join(unknown)}")
     settings = Settings(
-        warmup=args.warmup if args.warmup is not None else (0.3 if args.quick else 0.5),
-        duration=args.duration if args.duration is not None else (1.0 if args.quick else 2.5),
-        rounds=args.rounds if args.rounds is not None else (1 if args.quick else 3),
-        open_workers=args.open_workers,
+        **window_settings(args),
         paths=paths,
     )
     try:

@@ -45,9 +45,12 @@ from bench._results import (
     METRICS,
     BenchError,
     PathResult,
+    add_window_options,
     cpu_seconds,
     only_child,
+    print_path_table,
     run_until_signal,
+    window_settings,
 )
 from bench._ssh import SshUnavailable, open_ssh_forward
 from bench._tunnel_client import Outcome, bulk, echo_once, opens
@@ -398,35 +401,8 @@ async def run(settings: Settings) -> Run:
     return out
 
 
-def fmt_samples(samples: list[float], digits: int) -> str:
-    if not samples:
-        return "-"
-    text = f"{statistics.median(samples):.{digits}f}"
-    if len(samples) > 1:
-        text += f" ({min(samples):.{digits}f}-{max(samples):.{digits}f})"
-    return text
-
-
 def _print_table(out: Run) -> None:
-    rows = [("path", "Gbit/s x1", "Gbit/s x4", "opens/s", "notes")]
-    for r in out.results.values():
-        rows.append(
-            (
-                r.name,
-                fmt_samples(r.samples["gbps_1"], 2),
-                fmt_samples(r.samples["gbps_4"], 2),
-                fmt_samples(r.samples["opens_per_s"], 0),
-                "; ".join(r.notes),
-            )
-        )
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
-    for row in rows:
-        cells = [row[0].ljust(widths[0])] + [
-            c.rjust(w) for c, w in zip(row[1:4], widths[1:], strict=True)
-        ]
-        print("  ".join(cells), " ", row[4])
-    for name, why in out.skipped.items():
-        print(f"{name.ljust(widths[0])}  left out: {why.strip().splitlines()[0]}")
+    print_path_table(out.results.values(), out.skipped)
     if out.failover_s:
         ms = [v * 1000 for v in out.failover_s]
         print(
@@ -524,11 +500,7 @@ def main(argv: list[str]) -> int:
         prog="python -m bench tunnel",
         description="An instance's egress through a tunnel vs direct TCP and ssh -L; failover.",
     )
-    parser.add_argument("--quick", action="store_true", help="one short round: under 60 s")
-    parser.add_argument("--rounds", type=int, help="rounds over all paths (default 3, quick 1)")
-    parser.add_argument("--duration", type=float, help="seconds measured per figure")
-    parser.add_argument("--warmup", type=float, help="seconds before each measured window")
-    parser.add_argument("--open-workers", type=int, default=4, help="concurrent openers")
+    add_window_options(parser)
     parser.add_argument("--failovers", type=int, help="kill -9 samples (default 5, quick 3)")
     parser.add_argument(
         "--link",
@@ -539,10 +511,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     settings = Settings(
         link=args.link,
-        warmup=args.warmup if args.warmup is not None else (0.3 if args.quick else 0.5),
-        duration=args.duration if args.duration is not None else (1.0 if args.quick else 2.5),
-        rounds=args.rounds if args.rounds is not None else (1 if args.quick else 3),
-        open_workers=args.open_workers,
+        **window_settings(args),
         failovers=args.failovers if args.failovers is not None else (3 if args.quick else 5),
     )
     if settings.rounds < 1 or settings.duration <= 0 or settings.failovers < 0:
