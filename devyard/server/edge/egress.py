@@ -11,35 +11,20 @@ hub check the destination against the selectors the instance attached with.
 from __future__ import annotations
 
 import logging
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 import trio
 
 from ...core import accept_open, reject_open, splice
 from ..hosts import InstanceAccessError, InstanceDirectory
+from ..tunnels import TunnelConnections
 
 log = logging.getLogger(__name__)
 
-__all__ = ["TunnelPaths", "serve_egress"]
+__all__ = ["serve_egress"]
 
 _PROBE_TIMEOUT_S: Final = 10.0
 _DIAL_TIMEOUT_S: Final = 30.0
-
-
-class TunnelPaths(Protocol):
-    """The connector hub's data path (devyard.server.tunnels.TunnelConnections)."""
-
-    async def open_tunnel_stream(
-        self,
-        org_id: str,
-        tunnel_name: str,
-        dest: str,
-        instance_id: str,
-        *,
-        selector_version: int | None = None,
-    ) -> trio.abc.Stream: ...
-
-    async def probe(self, org_id: str, tunnel_name: str) -> bool: ...
 
 
 def _code(exc: Exception) -> tuple[str, str]:
@@ -52,7 +37,7 @@ async def serve_egress(
     request: dict[str, Any],
     host_id: str,
     directory: InstanceDirectory,
-    tunnels: TunnelPaths,
+    tunnels: TunnelConnections,
 ) -> None:
     """Answer one ``egress`` stream whose open request was read; closes the stream."""
     instance_id = str(request.get("instance_id", ""))

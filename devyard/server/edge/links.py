@@ -43,9 +43,10 @@ from ..hosts import (
     InstanceOrder,
     InstancePhase,
 )
+from ..tunnels import TunnelConnections
 from .asgi import bearer_token, reject_websocket
 from .asgi_stream import Receive, Send, accept_link_stream
-from .egress import TunnelPaths, serve_egress
+from .egress import serve_egress
 from .tokens import HostTokens
 
 log = logging.getLogger(__name__)
@@ -92,7 +93,7 @@ class Edge:
         self._grace_scopes: dict[str, trio.CancelScope] = {}
         # Wired by serve_server for hosts' egress streams (tunnel-attached instances).
         self.directory: InstanceDirectory | None = None
-        self.tunnels: TunnelPaths | None = None
+        self.tunnels: TunnelConnections | None = None
 
     def __repr__(self) -> str:
         return f"Edge(hosts={sorted(self._links)})"
