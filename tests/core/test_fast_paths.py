@@ -188,6 +188,32 @@ def _counted(real: Callable[..., int], total: list[int]) -> Callable[..., int]:
     return counting
 
 
+async def _force_both_paths(
+    tx: MuxStream, payload: bytes, direct: list[int], nursery: trio.Nursery, rng: random.Random
+) -> None:
+    """Send `payload` on `tx` so that both ways out of the splice must carry some of it.
+
+    The splice must already be running and its reader must not read yet. First a small piece
+    while the pump waits with nothing buffered: the session reader passes it straight on.
+    Then a piece larger than the far side can take while nobody reads it, so the rest stays
+    buffered in the stream and only the pump can send it. The rest follows in random pieces.
+    Each step waits until every task is blocked, so no scheduling order can skip a path.
+    """
+    first, big = 32 * KiB, 2 * MiB
+    await trio.testing.wait_all_tasks_blocked()  # the pump is parked, nothing buffered
+    await tx.send_all(payload[:first])
+    await trio.testing.wait_all_tasks_blocked()
+    assert direct[0] == first, "the reader should have passed the first piece straight on"
+
+    async def rest() -> None:
+        await tx.send_all(payload[first : first + big])
+        await _send_in_pieces(tx, payload[first + big :], rng)
+
+    nursery.start_soon(rest)
+    await trio.testing.wait_all_tasks_blocked()  # stuck: the far side does not read yet
+    assert direct[0] < first + big
+
+
 async def test_splice_to_a_slow_socket_mixes_the_direct_path_and_the_pump_in_order(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -204,7 +230,6 @@ async def test_splice_to_a_slow_socket_mixes_the_direct_path_and_the_pump_in_ord
         ):
             tx = await client.open_stream()
             await tx.send_all(b"")  # the SYN
-            nursery.start_soon(_send_in_pieces, tx, payload, rng)
             inner = await server.accept_stream()
             results = []
 
@@ -212,6 +237,7 @@ async def test_splice_to_a_slow_socket_mixes_the_direct_path_and_the_pump_in_ord
                 results.append(await splice(inner, sink))
 
             nursery.start_soon(run)
+            await _force_both_paths(tx, payload, direct, nursery, rng)
             got = await _read_slowly(far, rng)
             await far.send_eof()
             assert await tx.receive_some() == b""
@@ -250,7 +276,7 @@ async def test_splice_between_mux_streams_passes_on_within_credit_in_order(
             results.append(await splice(inner_from, inner_to))
 
         nursery.start_soon(run)
-        nursery.start_soon(_send_in_pieces, left_outer, payload, rng)
+        await _force_both_paths(left_outer, payload, direct, nursery, rng)
         got = await _read_slowly(right_outer, rng)
         await right_outer.send_eof()
         assert await left_outer.receive_some() == b""
