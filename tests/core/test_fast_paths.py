@@ -21,6 +21,7 @@ from devyard.core import Flag, Frame, FrameType, RemoteProtocolError, open_sessi
 from devyard.core.codec import FrameDecoder, encode_data_header, encode_frame, encode_window_update
 from devyard.core.stream import MuxStream
 from devyard.core.vectored import piece_sender
+from tests.polling import eventually
 
 from .conftest import session_pair
 
@@ -189,29 +190,32 @@ def _counted(real: Callable[..., int], total: list[int]) -> Callable[..., int]:
 
 
 async def _force_both_paths(
-    tx: MuxStream, payload: bytes, direct: list[int], nursery: trio.Nursery, rng: random.Random
+    *,
+    tx: MuxStream,
+    inner: MuxStream,
+    payload: bytes,
+    direct: list[int],
+    nursery: trio.Nursery,
+    rng: random.Random,
 ) -> None:
-    """Send `payload` on `tx` so that both ways out of the splice must carry some of it.
+    """Send `payload` on `tx` so that both ways out of the splice from `inner` carry some of it.
 
-    The splice must already be running and its reader must not read yet. First a small piece
-    while the pump waits with nothing buffered: the session reader passes it straight on.
-    Then a piece larger than the far side can take while nobody reads it, so the rest stays
-    buffered in the stream and only the pump can send it. The rest follows in random pieces.
-    Each step waits until every task is blocked, so no scheduling order can skip a path.
+    The splice must already be running, and nobody reads its far side yet. First a small piece
+    while the pump waits with nothing buffered: the session reader passes it straight on. Then
+    more than the stalled far side can take, until `inner` holds bytes in its buffer: those
+    only the pump can send. The rest follows in random pieces. Each step waits for its effect,
+    not for the scheduler, so a loaded machine cannot skip a path.
     """
-    first, big = 32 * KiB, 2 * MiB
+    first = 32 * KiB
     await trio.testing.wait_all_tasks_blocked()  # the pump is parked, nothing buffered
     await tx.send_all(payload[:first])
-    await trio.testing.wait_all_tasks_blocked()
-    assert direct[0] == first, "the reader should have passed the first piece straight on"
+    await eventually(lambda: direct[0] >= first)
 
     async def rest() -> None:
-        await tx.send_all(payload[first : first + big])
-        await _send_in_pieces(tx, payload[first + big :], rng)
+        await _send_in_pieces(tx, payload[first:], rng)
 
     nursery.start_soon(rest)
-    await trio.testing.wait_all_tasks_blocked()  # stuck: the far side does not read yet
-    assert direct[0] < first + big
+    await eventually(lambda: inner._buffered > 0)
 
 
 async def test_splice_to_a_slow_socket_mixes_the_direct_path_and_the_pump_in_order(
@@ -237,7 +241,9 @@ async def test_splice_to_a_slow_socket_mixes_the_direct_path_and_the_pump_in_ord
                 results.append(await splice(inner, sink))
 
             nursery.start_soon(run)
-            await _force_both_paths(tx, payload, direct, nursery, rng)
+            await _force_both_paths(
+                tx=tx, inner=inner, payload=payload, direct=direct, nursery=nursery, rng=rng
+            )
             got = await _read_slowly(far, rng)
             await far.send_eof()
             assert await tx.receive_some() == b""
@@ -276,7 +282,14 @@ async def test_splice_between_mux_streams_passes_on_within_credit_in_order(
             results.append(await splice(inner_from, inner_to))
 
         nursery.start_soon(run)
-        await _force_both_paths(left_outer, payload, direct, nursery, rng)
+        await _force_both_paths(
+            tx=left_outer,
+            inner=inner_from,
+            payload=payload,
+            direct=direct,
+            nursery=nursery,
+            rng=rng,
+        )
         got = await _read_slowly(right_outer, rng)
         await right_outer.send_eof()
         assert await left_outer.receive_some() == b""

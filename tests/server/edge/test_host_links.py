@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import gc
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
@@ -20,6 +20,7 @@ from devyard.server.config import ListenAddress, ServerConfig
 from devyard.server.edge import HOST_TOKENS_FILE, Edge, create_host_token
 from devyard.server.hosts import InstanceEvent, InstanceOrder, InstancePhase
 from devyard.server.serve import serve_server
+from tests.polling import eventually
 
 
 @attrs.define
@@ -98,12 +99,6 @@ def _hostd_config(rig: Rig, *, token: str | None = None) -> HostdConfig:
         capacity=2,
         backoff_base=0.05,
     )
-
-
-async def eventually(predicate: Callable[[], bool]) -> None:
-    """Poll state owned by another process or task (the caller's fail_after bounds it)."""
-    while not predicate():  # noqa: ASYNC110 - polling by design
-        await trio.sleep(0.01)
 
 
 async def _wait_registered(edge: Edge, host_id: str) -> None:

@@ -1,0 +1,16 @@
+"""Waiting for a side effect that signals nothing: state owned by another task or process."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import trio
+
+
+async def eventually(
+    condition: Callable[[], bool], seconds: float = 10, poll: float = 0.01
+) -> None:
+    """Return once `condition()` is true; fail the test after `seconds`."""
+    with trio.fail_after(seconds):
+        while not condition():  # noqa: ASYNC110 - polling by design
+            await trio.sleep(poll)
