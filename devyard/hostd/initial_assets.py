@@ -111,6 +111,8 @@ async def keep_in_foreground(device: DeviceDriver, app_id: str, *, every: float 
         await trio.sleep(every)
         current = device.foreground_app()
         if current == app_id:
+            if not entered:
+                log.info("%s entered the foreground: keeping it there", app_id)
             entered = True
         elif entered:
             log.info("%s left the foreground for %s: bringing it back", app_id, current)

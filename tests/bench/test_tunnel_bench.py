@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_bench_tunnel_runs_and_reports_json() -> None:
-    argv = [sys.executable, "-m", "bench", "tunnel", "--rounds", "1", "--warmup", "0.1",
-            "--duration", "0.3", "--open-workers", "2", "--failovers", "1"]  # fmt: skip
+    argv = [sys.executable, "-m", "bench", "tunnel", "--rounds", "1", "--warmup", "0.2",
+            "--duration", "0.8", "--open-workers", "2", "--failovers", "1"]  # fmt: skip
     result = subprocess.run(
         argv, cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
     )

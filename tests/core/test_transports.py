@@ -175,7 +175,7 @@ async def test_websocket_messages_carry_whole_frames() -> None:
             stream = await session.open_stream()
             await stream.send_all(b"y" * 256 * 1024)  # the whole window: 4 frames queued at once
             await stream.send_eof()
-            with trio.fail_after(5):
+            with trio.fail_after(20):
                 await fin_seen.wait()
         nursery.cancel_scope.cancel()
     assert seen and all(left == 0 for left in seen)

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 import plistlib
 import zipfile
 from functools import partial
 from pathlib import Path
 
+import pytest
 import trio
 
 from devyard.hostd.drivers import DeviceSpec, Key, Platform, open_device
 from devyard.hostd.drivers.virtual import VirtualDevice
 from devyard.hostd.initial_assets import forced_app, keep_in_foreground
+from tests.polling import eventually
 
 
 def _ipa(path: Path, bundle: str) -> Path:
@@ -27,7 +30,10 @@ async def _until_foreground(device: VirtualDevice, app: str | None) -> None:
             await trio.sleep(0.02)
 
 
-async def test_the_forced_app_comes_back_after_it_first_entered(tmp_path: Path) -> None:
+async def test_the_forced_app_comes_back_after_it_first_entered(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="devyard.hostd.initial_assets")
     assert forced_app([{"name": "a"}, {"forceBundleId": "com.example.kiosk"}]) == (
         "com.example.kiosk"
     )
@@ -43,7 +49,7 @@ async def test_the_forced_app_comes_back_after_it_first_entered(tmp_path: Path) 
         assert device.foreground_app() is None
 
         await device.launch("com.example.kiosk")
-        await trio.sleep(0.1)  # the watcher has seen it in the foreground
+        await eventually(lambda: "entered the foreground" in caplog.text)  # the watcher saw it
         await device.key(Key.HOME)
         await _until_foreground(device, "com.example.kiosk")  # brought back
         await device.open_url("https://example.com/")

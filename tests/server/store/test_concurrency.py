@@ -20,7 +20,7 @@ from devyard.server.store.factory import parse_target
 from devyard.server.store.postgres import open_postgres_database
 from devyard.server.store.sqlite import open_sqlite_database
 
-PROMPTLY = 5.0  # seconds; the queries below would run 30 s or forever
+PROMPTLY = 15.0  # seconds, loose for a loaded machine; the queries below would run 30 s or forever
 SLEEP_30 = "SELECT pg_sleep(30) AS slept"
 FOREVER = (
     "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) AS n FROM c"
