@@ -220,8 +220,9 @@ async def test_a_quick_tunnel_is_deleted_on_a_clean_stop(tmp_path: Path) -> None
 
 
 async def test_a_quick_tunnel_outlives_a_crash_only_for_the_grace(tmp_path: Path) -> None:
-    # The 10-minute grace is a parameter of serve_server: fast-forwarded here, not slept.
-    # The grace must cover starting a fresh connector process on a loaded machine.
+    # The 10-minute grace runs in virtual time in tests/server/tunnels/test_hub.py. With real
+    # processes it is a parameter of serve_server, shortened, but long enough to start a fresh
+    # connector process on a loaded machine.
     grace = 6.0
     async with open_rig(tmp_path, quick_grace=grace) as rig:
         with trio.fail_after(60):
@@ -249,6 +250,7 @@ async def test_a_token_near_expiry_warns_then_the_connector_exits_at_expiry(
     async with open_rig(tmp_path) as rig:
         with trio.fail_after(30):
             secret = tokens.new_secret(TOKEN_PREFIX)
+            expires = datetime.now(UTC) + timedelta(seconds=8)  # a slow start still fits
             async with open_configured_store(rig.config) as store:  # a second connection
                 await store.create_tunnel(
                     org_id=rig.org_id,
@@ -257,8 +259,7 @@ async def test_a_token_near_expiry_warns_then_the_connector_exits_at_expiry(
                     ephemeral=False,
                     token_lookup=secret.lookup_id,
                     token_hash=secret.secret_hash,
-                    token_expires_at=datetime.now(UTC)
-                    + timedelta(seconds=8),  # covers a slow start
+                    token_expires_at=expires,
                 )
             connector = await rig.start(secret.plaintext)
             await connector.wait_for(r"WARNING .*token expires at")

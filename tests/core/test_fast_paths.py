@@ -210,11 +210,7 @@ async def _force_both_paths(
     await trio.testing.wait_all_tasks_blocked()  # the pump is parked, nothing buffered
     await tx.send_all(payload[:first])
     await eventually(lambda: direct[0] >= first)
-
-    async def rest() -> None:
-        await _send_in_pieces(tx, payload[first:], rng)
-
-    nursery.start_soon(rest)
+    nursery.start_soon(_send_in_pieces, tx, payload[first:], rng)
     await eventually(lambda: inner._buffered > 0)
 
 
