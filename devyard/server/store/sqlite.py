@@ -49,7 +49,7 @@ def _connect(path: str, *, writer: bool) -> sqlite3.Connection:
     try:
         conn.row_factory = _dict_row
         if writer:
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()
+            mode = _waiting_out_locks(conn, "PRAGMA journal_mode = WAL").fetchone()
             if mode is None or str(mode["journal_mode"]).lower() != "wal":
                 raise StoreUnavailable(f"{path}: cannot use WAL mode (got {mode!r})")
         conn.execute("PRAGMA foreign_keys = ON")
@@ -61,6 +61,20 @@ def _connect(path: str, *, writer: bool) -> sqlite3.Connection:
         conn.close()
         raise
     return conn
+
+
+def _waiting_out_locks(conn: sqlite3.Connection, sql: str) -> sqlite3.Cursor:
+    """Run a setup statement, waiting up to the busy timeout while another process holds the
+    file's lock. Switching a fresh file to WAL needs it exclusively, so servers starting at
+    once on one new file (or one starting while another migrates) would otherwise fail."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            return conn.execute(sql)
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:
+                raise
+        time.sleep(_BUSY_SLICE_S)  # SQLite may give up at once, without its busy wait
 
 
 def _translate(exc: sqlite3.Error) -> Exception:

@@ -6,7 +6,6 @@ promptly, leaves nothing behind, and the connections stay usable.
 
 from __future__ import annotations
 
-import socket
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,6 +18,7 @@ from devyard.server.store import Conflict, Store, StoreUnavailable, open_store
 from devyard.server.store.factory import parse_target
 from devyard.server.store.postgres import open_postgres_database
 from devyard.server.store.sqlite import open_sqlite_database
+from tests.ports import free_port
 
 PROMPTLY = 15.0  # seconds, loose for a loaded machine; the queries below would run 30 s or forever
 SLEEP_30 = "SELECT pg_sleep(30) AS slept"
@@ -123,6 +123,51 @@ async def test_cancel_stops_a_running_sqlite_query(tmp_path: object) -> None:
 
 
 @contextmanager
+def fresh_sqlite_file_locked(path: str) -> Iterator[sqlite3.Connection]:
+    """Another process writing a new SQLite file: an exclusive lock, still in rollback-journal
+    mode (as while a first server creates and migrates it). Commit to release it."""
+    other = sqlite3.connect(path, isolation_level=None)
+    try:
+        other.execute("BEGIN EXCLUSIVE")
+        other.execute("CREATE TABLE t (x INTEGER)")
+        yield other
+    finally:
+        other.close()
+
+
+async def test_opening_sqlite_waits_for_another_process_lock(tmp_path: object) -> None:
+    path = f"{tmp_path}/x.db"
+    with fresh_sqlite_file_locked(path) as other:
+        async with trio.open_nursery() as nursery:
+            opened = trio.Event()
+
+            async def open_it() -> None:
+                async with open_sqlite_database(path, readers=1) as db:
+                    opened.set()
+                    rows = await db.read(lambda tx: tx.fetchall("PRAGMA journal_mode"))
+                    assert rows == [{"journal_mode": "wal"}]
+
+            nursery.start_soon(open_it)
+            await trio.sleep(0.3)  # it waits: switching to WAL needs the lock
+            assert not opened.is_set()
+            other.execute("COMMIT")
+    assert opened.is_set()
+
+
+async def test_opening_sqlite_locked_past_the_busy_timeout_is_unavailable(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("devyard.server.store.sqlite.BUSY_TIMEOUT_S", 0.3)
+    path = f"{tmp_path}/x.db"
+    with (
+        fresh_sqlite_file_locked(path),
+        pytest.raises(StoreUnavailable, match="database is locked"),
+    ):
+        async with open_sqlite_database(path, readers=1):
+            pytest.fail("opened a file another process holds locked")
+
+
+@contextmanager
 def lock_held_elsewhere(target: str, org_id: str) -> Iterator[None]:
     """Another process's transaction holding the lock a store write needs."""
     kind, where = parse_target(target)
@@ -156,9 +201,7 @@ async def test_cancel_stops_a_store_call_waiting_for_a_lock(
 
 
 async def test_opening_an_unreachable_postgres_can_be_cancelled() -> None:
-    with socket.socket() as sock:  # a port nobody listens on
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()  # nobody listens there
     start = trio.current_time()
     with trio.move_on_after(0.5) as scope:
         async with open_store(f"postgresql://devyard@127.0.0.1:{port}/none"):
