@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import socket
-
 import httpx
 import pytest
 import trio
@@ -25,6 +23,7 @@ from devyard.client import (
     UnprocessableError,
 )
 from devyard.client.output import to_json
+from tests.ports import free_port
 
 from .conftest import Server
 
@@ -85,9 +84,7 @@ async def test_the_json_of_models_is_the_apis_json(server: Server) -> None:
 async def test_an_unreachable_server_is_a_transport_error_after_retries(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    with socket.socket() as probe:  # a port nobody listens on
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()  # nobody listens there
     async with AsyncClient(f"http://127.0.0.1:{port}", "dy_x") as client:
         start = trio.current_time()
         with pytest.raises(TransportError):

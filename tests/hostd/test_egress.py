@@ -16,6 +16,7 @@ from devyard.hostd.adb.interpreter import CommandIO, Interpreter
 from devyard.hostd.drivers import DeviceSpec, Platform, open_device
 from devyard.hostd.drivers.virtual import VirtualDevice
 from devyard.hostd.egress import EgressProxy
+from tests.ports import free_port
 
 
 async def _http_server(body: bytes, stream: trio.SocketStream) -> None:
@@ -125,9 +126,7 @@ async def test_curl_without_a_proxy_and_its_errors(
     status, _, _ = await _sh(device, f"curl -s -o /sdcard/page http://127.0.0.1:{port}/p")
     assert status == 0
     assert await device.pull("/sdcard/page") == b"direct GET /p HTTP/1.1"
-    with trio.socket.socket() as unused:
-        await unused.bind(("127.0.0.1", 0))
-        closed = unused.getsockname()[1]
+    closed = free_port()  # nobody listens there
     status, _, err = await _sh(device, f"curl http://127.0.0.1:{closed}/")
     assert status == 7
     assert b"Failed to connect" in err

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -20,18 +19,13 @@ import trio
 from devyard.hostd.adb import DEFAULT_FEATURES, AdbConfig, serve_adb_tcp
 from devyard.hostd.drivers import DeviceSpec, Platform, open_device
 from devyard.hostd.drivers.virtual import VirtualDevice
+from tests.ports import free_port
 
 ADB = shutil.which("adb")
 needs_adb = pytest.mark.skipif(
     ADB is None, reason="the adb client is not installed (apt install adb)"
 )
 CLIENT_DEADLINE = 60.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @attrs.frozen

@@ -18,8 +18,9 @@ from PIL import Image
 
 from devyard.hostd.adb import DEFAULT_FEATURES
 from devyard.hostd.drivers.virtual import VirtualDevice
+from tests.ports import free_port
 
-from .conftest import AdbClient, free_port, needs_adb, serve
+from .conftest import AdbClient, needs_adb, serve
 
 pytestmark = [needs_adb, pytest.mark.slow]
 

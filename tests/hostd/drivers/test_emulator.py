@@ -14,7 +14,6 @@ import errno
 import io
 import os
 import shutil
-import socket
 import stat
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -48,6 +47,7 @@ from devyard.hostd.drivers import (
 from devyard.hostd.drivers.emulator import EmulatorConfig, EmulatorDevice, Mode, emulator_argv
 from devyard.hostd.drivers.emulator.device import open_emulator_device
 from devyard.hostd.drivers.virtual import VirtualDevice
+from tests.ports import free_port
 
 from .conftest import package_apk
 
@@ -55,12 +55,6 @@ ADB = shutil.which("adb")
 needs_adb = pytest.mark.skipif(
     ADB is None, reason="the adb client is not installed (apt install adb)"
 )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def tool_env(home: Path) -> dict[str, str]:

@@ -26,8 +26,9 @@ from PIL import Image
 from devyard.client.adb_forward import AdbTarget, check_reachable
 from devyard.core import UpgradeRejected, open_transport
 from devyard.hostd.drivers.virtual import VirtualDevice
-from tests.hostd.adb.conftest import AdbClient, adb, free_port, needs_adb
+from tests.hostd.adb.conftest import AdbClient, adb, needs_adb
 from tests.hostd.adb.test_adb_client import make_apk
+from tests.ports import free_port
 
 from .conftest import Rig, open_gateway_rig
 
