@@ -15,7 +15,8 @@ from devyard.server.config import ListenAddress, ServerConfig
 from devyard.server.edge import Edge
 from devyard.server.serve import serve_server
 from tests.e2e._cli import DEVYARD, clean_env, run
-from tests.server.edge.test_host_links import Recorder, eventually
+from tests.polling import eventually
+from tests.server.edge.test_host_links import Recorder
 
 pytestmark = pytest.mark.slow
 
@@ -42,14 +43,13 @@ async def test_cli_host_token_and_hostd_register_and_stop(tmp_path: Path) -> Non
         ]  # fmt: skip
         process = await trio.lowlevel.open_process(argv, env=env, stderr=subprocess.DEVNULL)
         try:
-            with trio.fail_after(30):
-                await eventually(lambda: bool(edge.hosts()))
+            await eventually(lambda: bool(edge.hosts()), seconds=30)
             (info,) = edge.hosts()
             assert (info.id, info.region, info.capacity) == (host_id, "eu", 3)
             process.send_signal(signal.SIGINT)
             with trio.fail_after(30):
                 assert await process.wait() == 0
-                await eventually(lambda: not edge.hosts())
+                await eventually(lambda: not edge.hosts(), seconds=30)
         finally:
             process.kill()
             await process.wait()

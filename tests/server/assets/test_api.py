@@ -10,9 +10,9 @@ import httpx
 import trio
 
 from devyard.server.blobs import Operation, UrlSigner, load_signing_key
+from tests.polling import eventually
 
 from .conftest import Callers, Served
-from .test_blobs import eventually
 
 OCTET = {"Content-Type": "application/octet-stream"}
 
