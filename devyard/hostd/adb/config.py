@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Final
 
 import attrs
@@ -26,6 +27,10 @@ DEFAULT_FEATURES: Final = (
 )
 
 
+def _features(value: Iterable[str]) -> tuple[str, ...]:
+    return tuple(value)
+
+
 def _check_features(
     _: object, __: attrs.Attribute[tuple[str, ...]], value: tuple[str, ...]
 ) -> None:
@@ -37,7 +42,7 @@ def _check_features(
 @attrs.frozen(kw_only=True)
 class AdbConfig:
     features: tuple[str, ...] = attrs.field(
-        default=DEFAULT_FEATURES, converter=tuple, validator=_check_features
+        default=DEFAULT_FEATURES, converter=_features, validator=_check_features
     )
     #: The largest packet payload we accept and offer in CNXN (the host offers 1 MiB).
     max_payload: int = attrs.field(default=MAX_PAYLOAD, validator=attrs.validators.ge(4096))
