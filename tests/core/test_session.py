@@ -21,7 +21,7 @@ from devyard.core import (
     open_session,
 )
 from devyard.core.codec import FrameDecoder, encode_data_header, encode_window_update
-from devyard.core.frames import Flag, FrameType
+from devyard.core.frames import Flag, Frame, FrameType
 
 from .conftest import session_pair
 
@@ -182,9 +182,9 @@ async def test_frames_queued_together_share_one_write() -> None:
         assert len(recording.writes) == 1
 
 
-async def _read_frames(raw: trio.abc.ReceiveStream, until: FrameType) -> list:  # type: ignore[type-arg]
+async def _read_frames(raw: trio.abc.ReceiveStream, until: FrameType) -> list[Frame]:
     decoder = FrameDecoder(64 * 1024)
-    frames = []
+    frames: list[Frame] = []
     while True:
         data = await raw.receive_some()
         if not data:
@@ -231,7 +231,7 @@ async def test_half_open_transport_is_declared_dead(autojump_clock: trio.abc.Clo
     ours, raw = trio.testing.memory_stream_pair()
     async with open_session(ours, client=True) as session:
         started = trio.current_time()
-        seen: list = []  # type: ignore[type-arg]
+        seen: list[Frame] = []
 
         async def drain_silently() -> None:
             decoder = FrameDecoder(64 * 1024)

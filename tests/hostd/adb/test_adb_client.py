@@ -112,7 +112,11 @@ async def test_install_by_every_route(
     apk = make_apk(adb.home / "app.apk", package)
     result = await adb.run("install", *flags, str(apk))
     assert "Success" in result.out
-    services = [str(record.args[0]) for record in caplog.records if record.args]
+    services = [
+        str(record.args[0])
+        for record in caplog.records
+        if isinstance(record.args, tuple) and record.args  # (not the one-mapping form)
+    ]
     assert any(service in opened for opened in services), services
     assert f"package:{package}\n" in (await adb.run("shell", "pm", "list", "packages")).out
     assert package in {app.app_id for app in await device.list_apps()}

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
+from typing import TypedDict
 
 import attrs
 import pytest
@@ -29,6 +30,13 @@ from devyard.server.hosts import InstancePhase
 from devyard.server.serve import advertised_raw_link, serve_server
 
 from .test_host_links import Recorder, Rig, _order, _wait_registered
+
+
+class LinkTls(TypedDict, total=False):
+    """The raw link's TLS files, as keyword arguments of ServerConfig (both or neither)."""
+
+    link_tls_cert: Path
+    link_tls_key: Path
 
 
 def _self_signed(directory: Path) -> tuple[Path, Path]:
@@ -75,7 +83,7 @@ async def open_raw_server(
 ) -> AsyncIterator[RawRig]:
     server_dir = tmp_path / "server"
     host_id, token = create_host_token(server_dir / HOST_TOKENS_FILE)
-    tls: dict[str, Path] = {}
+    tls: LinkTls = {}
     if scheme == "tls":
         cert, key = _self_signed(tmp_path)
         tls = {"link_tls_cert": cert, "link_tls_key": key}
@@ -194,7 +202,7 @@ async def test_the_raw_port_answers_strangers_with_http_errors(
 def test_which_raw_link_the_adb_websocket_names(
     link_listen: str, public_url: str | None, tls: bool, advertised: str | None
 ) -> None:
-    files = {"link_tls_cert": Path("c.pem"), "link_tls_key": Path("k.pem")} if tls else {}
+    files: LinkTls = {"link_tls_cert": Path("c.pem"), "link_tls_key": Path("k.pem")} if tls else {}
     config = ServerConfig(
         data_dir=Path("/d"),
         public_url=public_url,

@@ -106,7 +106,7 @@ async def test_adb_bytes_reach_the_device(rig: Rig) -> None:
 async def _adb_bytes_reach_the_device(rig: Rig) -> None:
     instance = await rig.create("android")
     status = instance["status"]
-    headers = [("Authorization", f"Bearer {status['token']}")]
+    headers = [(b"Authorization", f"Bearer {status['token']}".encode())]
     with trio.fail_after(20):
         async with trio_websocket.open_websocket_url(
             status["adbWebSocketUrl"], extra_headers=headers
@@ -116,7 +116,9 @@ async def _adb_bytes_reach_the_device(rig: Rig) -> None:
             decoder = PacketDecoder()
             packets: list[Packet] = []
             while not packets:
-                packets = decoder.feed(await ws.get_message())
+                message = await ws.get_message()
+                assert isinstance(message, bytes), "ADB travels in binary messages"
+                packets = decoder.feed(message)
             assert packets[0].command is Command.CNXN
             assert b"device::" in packets[0].data
             await rig.delete(instance)  # the instance ends: so does its ADB WebSocket

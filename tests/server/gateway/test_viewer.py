@@ -25,14 +25,16 @@ from .conftest import Rig, upgrade_refusal
 try:
     from playwright.async_api import Browser, Page, async_playwright
 except ImportError:  # pragma: no cover - depends on the environment
-    async_playwright = None
+    HAVE_PLAYWRIGHT = False
+else:
+    HAVE_PLAYWRIGHT = True
 
 CHROMIUM = Path("/usr/bin/chromium")
 T = TypeVar("T")
 
 pytestmark = [
     pytest.mark.skipif(
-        async_playwright is None, reason="playwright is not installed (pip install playwright)"
+        not HAVE_PLAYWRIGHT, reason="playwright is not installed (pip install playwright)"
     ),
     pytest.mark.skipif(
         not CHROMIUM.exists(), reason=f"{CHROMIUM} is missing (apt-get install chromium)"
@@ -46,9 +48,12 @@ _STEP_MS = _STEP_S * 1000
 class BrowserThread:
     """One headless Chromium, owned by an asyncio loop in a thread of its own."""
 
+    #: Why Chromium did not start, set by the thread. A class-level default rather than an
+    #: assignment in __init__, which mypy would take to narrow it to None for good there.
+    _error: BaseException | None = None
+
     def __init__(self) -> None:
         self._ready = threading.Event()
-        self._error: BaseException | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self.browser: Browser | None = None
@@ -70,7 +75,6 @@ class BrowserThread:
     async def _serve(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        assert async_playwright is not None
         async with async_playwright() as playwright:
             self.browser = await playwright.chromium.launch(
                 executable_path=str(CHROMIUM),

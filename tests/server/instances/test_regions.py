@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -91,7 +92,7 @@ def test_a_region_listed_twice_and_bad_json_are_refused(tmp_path: Path) -> None:
         _load(tmp_path, "", DEVYARD_REGIONS="eu-west")
 
 
-def _new(*clues: dict[str, object], client_ip: str | None = None, **spec: object) -> NewInstance:
+def _new(*clues: Mapping[str, object], client_ip: str | None = None, **spec: object) -> NewInstance:
     return NewInstance(
         platform=Platform.IOS,
         labels={"user": "ada"},
