@@ -28,6 +28,8 @@ DEFAULT_FEATURES: Final = (
 
 
 def _features(value: Iterable[str]) -> tuple[str, ...]:
+    if isinstance(value, str):  # an Iterable[str] too, but of single letters
+        raise TypeError(f"features is a list of feature names, not one string: {value!r}")
     return tuple(value)
 
 
