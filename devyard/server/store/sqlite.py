@@ -49,7 +49,11 @@ def _connect(path: str, *, writer: bool) -> sqlite3.Connection:
     try:
         conn.row_factory = _dict_row
         if writer:
-            mode = _waiting_out_locks(conn, "PRAGMA journal_mode = WAL").fetchone()
+            # Switching a new file to WAL needs it exclusively: servers starting at once on
+            # one file (or while another migrates it) take turns. The sleep is in case SQLite
+            # gives up at once, without its own busy wait.
+            wal = partial(conn.execute, "PRAGMA journal_mode = WAL")
+            mode = _while_busy(wal, partial(time.sleep, _BUSY_SLICE_S)).fetchone()
             if mode is None or str(mode["journal_mode"]).lower() != "wal":
                 raise StoreUnavailable(f"{path}: cannot use WAL mode (got {mode!r})")
         conn.execute("PRAGMA foreign_keys = ON")
@@ -63,18 +67,17 @@ def _connect(path: str, *, writer: bool) -> sqlite3.Connection:
     return conn
 
 
-def _waiting_out_locks(conn: sqlite3.Connection, sql: str) -> sqlite3.Cursor:
-    """Run a setup statement, waiting up to the busy timeout while another process holds the
-    file's lock. Switching a fresh file to WAL needs it exclusively, so servers starting at
-    once on one new file (or one starting while another migrates) would otherwise fail."""
+def _while_busy(action: Callable[[], T], between: Callable[[], object]) -> T:
+    """``action()``, tried again while another process holds the file's lock (SQLITE_BUSY),
+    up to the busy timeout; ``between`` runs between tries."""
     deadline = time.monotonic() + BUSY_TIMEOUT_S
     while True:
         try:
-            return conn.execute(sql)
+            return action()
         except sqlite3.OperationalError as exc:
             if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:
                 raise
-        time.sleep(_BUSY_SLICE_S)  # SQLite may give up at once, without its busy wait
+        between()
 
 
 def _translate(exc: sqlite3.Error) -> Exception:
@@ -117,15 +120,7 @@ class _SqliteTx:
 def _begin(conn: sqlite3.Connection, begin: str, interruptible: Interruptible[Any]) -> None:
     """BEGIN, waiting for another process's lock in short slices so that an interrupt
     (which does not reach SQLite's busy handler) is noticed between them."""
-    deadline = time.monotonic() + BUSY_TIMEOUT_S
-    while True:
-        try:
-            conn.execute(begin)
-            return
-        except sqlite3.OperationalError as exc:
-            if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:
-                raise
-        interruptible.check()
+    _while_busy(partial(conn.execute, begin), interruptible.check)
 
 
 def _interrupt(conn: sqlite3.Connection) -> None:
