@@ -18,6 +18,7 @@ from devyard.hostd.adb.packets import Command, Packet, PacketDecoder, encode_pac
 from devyard.hostd.drivers import DeviceDriver, DeviceSpec, Platform, open_device
 from devyard.hostd.drivers.virtual import VirtualDevice
 from devyard.hostd.endpoints import serve_streams
+from devyard.hostd.endpoints.browser import parse_control
 
 
 class WithOwnAdbd(VirtualDevice):
@@ -104,3 +105,18 @@ async def test_refusals_say_why(
             await request_open(stream, kind, **fields)
         assert refused.value.code == code
         await stream.aclose()
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "[" * 100_000 + "]" * 100_000,  # deeper than the parser's recursion
+        '{"type": "text", "text": [[["x"]]]}',  # nested at all
+        '{"type": "text", "text": "' + "x" * (256 * 1024) + '"}',  # too long
+        "[]",
+    ],
+)
+def test_control_messages_are_bounded_flat_objects(raw: str) -> None:
+    with pytest.raises(Exception, match="control message") as caught:
+        parse_control(raw)
+    assert type(caught.value).__name__ == "_BadInput"

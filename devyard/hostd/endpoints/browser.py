@@ -52,6 +52,8 @@ FLAG_KEYFRAME: Final = 1
 _MEDIA_HEADER: Final = struct.Struct(">BBQ")
 _KEEPALIVE_S: Final = 15.0
 _DEFAULT_FPS: Final = 30.0
+#: Control messages are flat objects; text and clipboard carry the only long strings.
+MAX_CONTROL_MESSAGE: Final = 256 * 1024
 
 
 class _BadInput(Exception):
@@ -75,6 +77,25 @@ def _hello(device: DeviceDriver) -> dict[str, Any]:
         "platform": info.platform.value,
         "model": info.model,
     }
+
+
+def parse_control(raw: str) -> dict[str, Any]:
+    """One control message: a flat JSON object of at most MAX_CONTROL_MESSAGE characters.
+
+    Nesting is bounded twice: the C parser refuses input deeper than the interpreter's
+    recursion limit (RecursionError, raised at once and caught here), and anything nested at
+    all is refused after parsing, since no control message carries an object or an array."""
+    if len(raw) > MAX_CONTROL_MESSAGE:
+        raise _BadInput(f"a control message is at most {MAX_CONTROL_MESSAGE} characters")
+    try:
+        message = json.loads(raw)
+    except RecursionError:
+        raise _BadInput("a control message is a flat JSON object, not nested") from None
+    if not isinstance(message, dict):
+        raise _BadInput("a control message must be a JSON object")
+    if any(isinstance(value, dict | list) for value in message.values()):
+        raise _BadInput("a control message is a flat JSON object, not nested")
+    return message
 
 
 def _num(message: dict[str, Any], name: str, default: float | None = None) -> float:
@@ -124,10 +145,7 @@ class _Viewer:
                 await self.send_json({"type": "error", "message": "binary input is not supported"})
                 continue
             try:
-                message = json.loads(raw)
-                if not isinstance(message, dict):
-                    raise _BadInput("a control message must be a JSON object")
-                await self._handle(message, nursery)
+                await self._handle(parse_control(raw), nursery)
             except (_BadInput, DeviceError, ValueError) as exc:
                 await self.send_json({"type": "error", "message": str(exc)})
 

@@ -19,6 +19,7 @@ from ...core import (
     splice,
 )
 from ...core.adb_splice import adb_splice
+from ..adb import ProtocolError as AdbProtocolError
 from ..adb import serve_adb
 from ..adb.device import AdbDevice
 from ..drivers import DeviceDriver, Platform, PortClosedError
@@ -47,16 +48,34 @@ async def serve_streams(session: Session, devices: DeviceLookup) -> None:
 
 
 async def _serve_one(stream: MuxStream, devices: DeviceLookup) -> None:
+    """One stream, whatever happens to it: its failure ends it, never the host link (the
+    `serve_streams` nursery) and with it every other instance's streams on this host."""
+    request: dict[str, Any] = {}
     try:
-        with trio.fail_after(_PREAMBLE_TIMEOUT_S):
-            request = await read_open(stream)
+        try:
+            with trio.fail_after(_PREAMBLE_TIMEOUT_S):
+                request = await read_open(stream)
+        except (trio.TooSlowError, ProtocolError) as exc:
+            log.info("stream %d: bad open preamble: %s", stream.stream_id, exc)
+            return
         await _route(stream, request, devices)
-    except (trio.TooSlowError, ProtocolError) as exc:
-        log.info("stream %d: bad open preamble: %s", stream.stream_id, exc)
-    except (trio.BrokenResourceError, trio.ClosedResourceError):
+    except* (trio.BrokenResourceError, trio.ClosedResourceError):
         pass  # the edge or the device went away: nothing to answer
+    except* AdbProtocolError as group:
+        log.info("stream %d: %s", stream.stream_id, _describe(request, group.exceptions[0]))
+    except* Exception as group:
+        # A bug in one handler must not take the host's other streams down with it.
+        log.error(
+            "stream %d: %s", stream.stream_id, _describe(request, group.exceptions[0]),
+            exc_info=group.exceptions[0],
+        )  # fmt: skip
     finally:
         await trio.aclose_forcefully(stream)
+
+
+def _describe(request: dict[str, Any], exc: BaseException) -> str:
+    kind, instance_id = request.get("kind", "?"), request.get("instance_id", "?")
+    return f"{kind} stream of {instance_id} failed: {type(exc).__name__}: {exc}"
 
 
 async def _route(stream: MuxStream, request: dict[str, Any], devices: DeviceLookup) -> None:
