@@ -27,6 +27,7 @@ an adb command against ``target.serial``, bounded by the config's timeouts (a ti
 | logs | a ``logcat -v threadtime`` follower into a ring buffer, restarted if it ends |
 | properties (cached) | ``getprop`` at start |
 | settings | ``settings get/put/delete/list`` |
+| run_shell | ``shell COMMAND`` (the device API's ``POST /shell``) |
 | open_port, open_abstract | ``tcp:P``, ``localabstract:NAME`` via the adb server's smart socket |
 
 The verbs live by section: `_screen` (screencap, frames), `_input` (gestures, keys, text),
@@ -40,6 +41,7 @@ read what the last adb answer left in this object.
 from __future__ import annotations
 
 import functools
+import math
 import shutil
 import subprocess
 from collections.abc import AsyncIterator, Mapping
@@ -66,6 +68,7 @@ from ..base import (
     LogLevel,
     Platform,
     Rotation,
+    ShellResult,
 )
 from ._base import State
 from ._files import FilesMixin
@@ -86,6 +89,7 @@ __all__ = ["DRIVER_NAME", "EmulatorDevice", "open_emulator_device"]
 
 DRIVER_NAME: Final = "android-emulator"
 _LOGCAT_RESTART_S: Final = 1.0
+MAX_SHELL_OUTPUT: Final = 16 * 1024 * 1024  # as the device API's POST /shell
 _SETTINGS_NAMESPACES: Final = frozenset({"system", "secure", "global"})
 
 
@@ -305,6 +309,16 @@ class EmulatorDevice(ScreenMixin, InputMixin, FilesMixin):
         if not name or "\0" in name:
             raise InvalidInputError(f"bad abstract socket name {name!r}")
         return await self._adb.open_service(self.serial, f"localabstract:{name}")
+
+    # -- shell ------------------------------------------------------------------------------
+    async def run_shell(self, command: str) -> ShellResult:
+        """``adb shell COMMAND`` on the device's own shell (shell v2 keeps stderr and the exit
+        status apart). The caller bounds its time; cancelling it kills the adb client."""
+        self._check_open()
+        result = await self._adb.shell(self.serial, command, time_limit=math.inf, check=False)
+        if len(result.stdout) + len(result.stderr) > MAX_SHELL_OUTPUT:
+            raise DeviceError(f"the command printed more than {MAX_SHELL_OUTPUT} bytes")
+        return ShellResult(result.stdout, result.stderr, result.status)
 
     async def open_adb_transport(self) -> trio.abc.Stream:
         """A TCP connection to the device's own adbd (the emulator's console port + 1, or the
