@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import struct
 from typing import Any, Final
 
@@ -102,7 +103,13 @@ def _num(message: dict[str, Any], name: str, default: float | None = None) -> fl
     value = message.get(name, default)
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise _BadInput(f"{message.get('type')}: {name!r} must be a number")
-    return float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an integer past float's range
+        number = math.inf
+    if not math.isfinite(number):
+        raise _BadInput(f"{message.get('type')}: {name!r} must be a finite number")
+    return number
 
 
 def _str(message: dict[str, Any], name: str) -> str:

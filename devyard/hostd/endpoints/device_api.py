@@ -116,6 +116,8 @@ class ApiRequest:
             value = json.loads(raw or b"{}")
         except ValueError as exc:
             raise RequestError(Reason.BAD_REQUEST, f"the body is not JSON: {exc}") from None
+        except RecursionError:  # nested deeper than the parser goes: no route takes that
+            raise RequestError(Reason.BAD_REQUEST, "the body nests too deeply") from None
         if not isinstance(value, dict):
             raise RequestError(Reason.BAD_REQUEST, "the body must be a JSON object")
         return value
@@ -140,8 +142,13 @@ def _field(body: Mapping[str, Any], name: str, kind: type | tuple[type, ...]) ->
     return value
 
 
-def _number(body: Mapping[str, Any], name: str) -> float:
-    value = float(_field(body, name, (int, float)))
+def _number(body: Mapping[str, Any], name: str, default: float | None = None) -> float:
+    if default is not None and name not in body:
+        return default
+    try:
+        value = float(_field(body, name, (int, float)))
+    except OverflowError:  # an integer past float's range
+        value = math.inf
     if not math.isfinite(value):
         raise RequestError(Reason.BAD_REQUEST, f"{name!r} must be a finite number")
     return value
@@ -253,7 +260,7 @@ class DeviceApi:
         elif kind == "swipe":
             x1, y1 = self._normalized(_number(body, "x1"), _number(body, "y1"))
             x2, y2 = self._normalized(_number(body, "x2"), _number(body, "y2"))
-            duration = float(body.get("durationMs", 300)) / 1000
+            duration = _number(body, "durationMs", 300) / 1000
             await device.touch(0, TouchAction.DOWN, x1, y1)
             for step in range(1, _SWIPE_STEPS + 1):
                 f = step / _SWIPE_STEPS
@@ -263,14 +270,14 @@ class DeviceApi:
         elif kind == "touch":
             action = _enum(TouchAction, _field(body, "action", str), "action")
             x, y = self._normalized(_number(body, "x"), _number(body, "y"))
-            await device.touch(int(body.get("pointerId", 0)), action, x, y)
+            await device.touch(int(_number(body, "pointerId", 0)), action, x, y)
         elif kind == "text":
             await device.text(_field(body, "text", str))
         elif kind == "key":
             await device.key(_enum(Key, _field(body, "key", str), "key"))
         elif kind == "scroll":
             x, y = self._normalized(_number(body, "x"), _number(body, "y"))
-            await device.scroll(x, y, float(body.get("dx", 0.0)), _number(body, "dy"))
+            await device.scroll(x, y, _number(body, "dx", 0.0), _number(body, "dy"))
         elif kind == "rotate":
             degrees = int(_number(body, "rotation"))
             try:
