@@ -35,7 +35,8 @@ def _run_hostd(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     except OSError as exc:
         print(f"devyard hostd: error: cannot read the token file: {exc}", file=sys.stderr)
         return 2
-    from .drivers import drivers_by_name  # noqa: PLC0415
+    from .drivers import InvalidSpecError, drivers_by_name  # noqa: PLC0415
+    from .drivers.emulator import EmulatorConfig  # noqa: PLC0415
 
     drivers = tuple(d.strip() for d in args.drivers.split(",") if d.strip())
     if len(drivers) != 1 or drivers[0] not in drivers_by_name():
@@ -45,6 +46,13 @@ def _run_hostd(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     if args.capacity < 1:
         print("devyard hostd: error: --capacity must be at least 1", file=sys.stderr)
         return 2
+    emulator = None
+    if drivers[0] == "android-emulator":
+        try:  # the environment is read here, at the edge, and handed down
+            emulator = EmulatorConfig.from_env(env)
+        except InvalidSpecError as exc:
+            print(f"devyard hostd: error: {exc}", file=sys.stderr)
+            return 2
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()),
         stream=sys.stderr,
@@ -58,6 +66,7 @@ def _run_hostd(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         capacity=args.capacity,
         drivers=drivers,
         link=args.link,
+        emulator=emulator,
     )
     return trio.run(lambda: run_hostd(config, err=sys.stderr))
 

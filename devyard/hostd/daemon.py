@@ -33,6 +33,7 @@ from ..core import (
     open_transport,
 )
 from ..core.transports import link_url
+from .drivers.emulator import EmulatorConfig
 from .endpoints import serve_streams
 from .supervisor import Supervisor
 
@@ -76,6 +77,7 @@ class HostdConfig:
     hostname: str = attrs.field(factory=socket.gethostname)
     backoff_base: float = 1.0
     link: str | None = None  # --link: a raw link port (tcp:// or tls://) or a WebSocket base
+    emulator: EmulatorConfig | None = None  # the android-emulator driver's (the CLI loads it)
 
     @property
     def link_url(self) -> str:
@@ -119,7 +121,11 @@ async def _serve_hostd(
 ) -> None:
     async with trio.open_nursery() as nursery:
         supervisor = Supervisor(
-            nursery, config.data_dir, capacity=config.capacity, driver=config.drivers[0]
+            nursery,
+            config.data_dir,
+            capacity=config.capacity,
+            driver=config.drivers[0],
+            emulator=config.emulator,
         )
         task_status.started(supervisor)
         try:

@@ -21,6 +21,7 @@ import trio
 from ..core import MuxError, OpenError, Session, request_open
 from ..core.selectors import parse_selectors
 from .drivers import AndroidDevice, DeviceDriver, DeviceError, DeviceSpec, Platform, open_device
+from .drivers.emulator import EmulatorConfig
 from .egress import EgressProxy
 from .initial_assets import forced_app, install_initial_assets, keep_in_foreground
 
@@ -44,12 +45,19 @@ class Supervisor:
     """Runs instances in *nursery*; `start` / `stop` are synchronous (orders never block)."""
 
     def __init__(
-        self, nursery: trio.Nursery, data_dir: Path, *, capacity: int, driver: str = "virtual"
+        self,
+        nursery: trio.Nursery,
+        data_dir: Path,
+        *,
+        capacity: int,
+        driver: str = "virtual",
+        emulator: EmulatorConfig | None = None,
     ) -> None:
         self._nursery = nursery
         self.instances_dir = data_dir / "instances"
         self.capacity = capacity
         self.driver = driver
+        self.emulator = emulator
         self._instances: dict[str, _Instance] = {}
         self._outbox: deque[dict[str, Any]] = deque()
         self._outbox_changed = trio.Event()
@@ -219,7 +227,10 @@ class Supervisor:
     ) -> None:
         error: str | None = None
         try:
-            async with open_device(spec, self.driver) as device, trio.open_nursery() as network:
+            async with (
+                open_device(spec, self.driver, emulator=self.emulator) as device,
+                trio.open_nursery() as network,
+            ):
                 if tunnel is not None:  # attached first: initial apps may need the network
                     await self._attach(instance.instance_id, device, tunnel, network)
                 await install_initial_assets(device, assets, spec.sandbox_dir / "initial-assets")

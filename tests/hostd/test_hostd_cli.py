@@ -70,3 +70,16 @@ async def test_cli_hostd_with_a_bad_token_exits_with_a_clear_message(tmp_path: P
         assert result.returncode == 3
         assert "refused the host token (HTTP 401)" in result.stderr.decode()
         nursery.cancel_scope.cancel()
+
+
+async def test_cli_hostd_reads_the_emulator_config_at_its_edge(tmp_path: Path) -> None:
+    """The android-emulator driver's environment is read by the CLI, before any link."""
+    (tmp_path / "token").write_text("dyh_whatever\n")
+    env = clean_env(DEVYARD_EMULATOR_ATTACH="nohost")
+    argv = ["hostd", "--server", "http://127.0.0.1:9", "--token-file", str(tmp_path / "token"),
+            "--region", "eu", "--drivers", "android-emulator"]  # fmt: skip
+    with trio.fail_after(60):
+        result = await run(argv, env, tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert b"bad adbd address 'nohost'" in result.stderr
+    assert b"Traceback" not in result.stderr
