@@ -7,18 +7,22 @@ start its own and import all of its modules, and the base install must not carry
 stack. The slow tests build the wheel once, install it with each extra from PyPI (through
 pip's cache) into its own venv, in parallel threads, and run the installed ``devyard``.
 
-The cheap test needs no install: argparse setup imports no module of the server, the host
-daemon or an extra's package, whatever the command.
+The cheap tests need no install: what each install's code imports at run time is what
+pyproject.toml declares for it, no more and no less; and argparse setup imports no module of
+the server, the host daemon or an extra's package, whatever the command.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
+import tomllib
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -109,6 +113,84 @@ def test_parsing_any_command_imports_no_server_hostd_or_extra() -> None:
         "devyard.hostd.commands",
     ]
     assert sorted({m.partition(".")[0] for m in modules} & EXTRA_MODULES.keys()) == []
+
+
+#: The import name of each distribution pyproject.toml declares for running (not [dev]).
+IMPORT_NAMES: Mapping[str, str] = {
+    "trio": "trio",
+    "trio-websocket": "trio_websocket",
+    "attrs": "attrs",
+    "h11": "h11",
+    "quart-trio": "quart_trio",
+    "quart": "quart",
+    "werkzeug": "werkzeug",
+    "hypercorn": "hypercorn",
+    "psycopg": "psycopg",
+    "psycopg-pool": "psycopg_pool",
+    "pyyaml": "yaml",
+    "jsonschema-rs": "jsonschema_rs",
+    "pillow": "PIL",
+    "httpx": "httpx",
+}
+
+#: Where each install's code lives ("" is `pip install devyard`, the connector).
+CODE_OF: Mapping[str, tuple[str, ...]] = {
+    "": ("core", "connector", "cli.py", "__init__.py", "__main__.py"),
+    "server": ("server",),
+    "hostd": ("hostd",),
+    "client": ("client",),
+}
+
+
+def _runtime_imports(paths: tuple[str, ...]) -> set[str]:
+    """Top-level third-party modules imported at run time (not under TYPE_CHECKING)."""
+    found: set[str] = set()
+    files = [
+        file
+        for name in paths
+        for file in ([ROOT / "devyard" / name] if name.endswith(".py") else [])
+        or sorted((ROOT / "devyard" / name).rglob("*.py"))
+    ]
+    for file in files:
+        tree = ast.parse(file.read_text(encoding="utf-8"))
+        typing_only = {
+            id(inner)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+            for inner in ast.walk(node)
+        }
+        for node in ast.walk(tree):
+            if id(node) in typing_only:
+                continue
+            if isinstance(node, ast.Import):
+                found.update(alias.name.partition(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                found.add(node.module.partition(".")[0])
+    return found - set(sys.stdlib_module_names) - {"devyard", "__future__"}
+
+
+def _import_name(requirement: str) -> str:
+    name = re.split(r"[\[<>=!~;\s]", requirement, maxsplit=1)[0].lower()
+    return IMPORT_NAMES.get(name, name)  # an unknown one is reported as not imported
+
+
+def _declared() -> dict[str, set[str]]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    lists = {"": project["dependencies"], **project["optional-dependencies"]}
+    return {
+        extra: {_import_name(spec) for spec in specs if not spec.startswith("devyard")}
+        for extra, specs in lists.items()
+        if extra in CODE_OF
+    }
+
+
+def test_declared_dependencies_are_what_the_code_imports() -> None:
+    declared = _declared()
+    for extra, paths in CODE_OF.items():
+        imported = _runtime_imports(paths)
+        undeclared = imported - declared[""] - declared[extra]
+        assert not undeclared, f"[{extra}] imports what it does not declare: {undeclared}"
+        assert declared[extra] <= imported, f"[{extra}] declares what it does not import"
 
 
 # ---- the wheel, installed with each extra in a clean venv
