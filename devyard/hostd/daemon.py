@@ -34,6 +34,7 @@ from ..core import (
 )
 from ..core.transports import link_url
 from .endpoints import serve_streams
+from .netpolicy import NetPolicy
 from .supervisor import Supervisor
 
 log = logging.getLogger(__name__)
@@ -76,6 +77,7 @@ class HostdConfig:
     hostname: str = attrs.field(factory=socket.gethostname)
     backoff_base: float = 1.0
     link: str | None = None  # --link: a raw link port (tcp:// or tls://) or a WebSocket base
+    net_policy: NetPolicy = attrs.field(factory=NetPolicy)  # --allow-network: netpolicy.py
 
     @property
     def link_url(self) -> str:
@@ -119,8 +121,9 @@ async def _serve_hostd(
 ) -> None:
     async with trio.open_nursery() as nursery:
         supervisor = Supervisor(
-            nursery, config.data_dir, capacity=config.capacity, driver=config.drivers[0]
-        )
+            nursery, config.data_dir, capacity=config.capacity, driver=config.drivers[0],
+            net_policy=config.net_policy, server_url=config.server_url,
+        )  # fmt: skip
         task_status.started(supervisor)
         try:
             await _link_loop(config, supervisor, shutdown)
