@@ -39,7 +39,7 @@ async def test_cli_host_token_and_hostd_register_and_stop(tmp_path: Path) -> Non
         argv = [
             *DEVYARD, "hostd", "--server", bound.local_url, "--token-file",
             str(tmp_path / "token"), "--region", "eu", "--capacity", "3",
-            "--data-dir", str(tmp_path / "host"),
+            "--data-dir", str(tmp_path / "host"), "--allow-network", "10.9.0.0/16",
         ]  # fmt: skip
         process = await trio.lowlevel.open_process(argv, env=env, stderr=subprocess.DEVNULL)
         try:
@@ -70,3 +70,15 @@ async def test_cli_hostd_with_a_bad_token_exits_with_a_clear_message(tmp_path: P
         assert result.returncode == 3
         assert "refused the host token (HTTP 401)" in result.stderr.decode()
         nursery.cancel_scope.cancel()
+
+
+async def test_cli_hostd_refuses_a_bad_allow_network(tmp_path: Path) -> None:
+    (tmp_path / "token").write_text("t\n")
+    argv = [
+        "hostd", "--server", "http://127.0.0.1:1", "--token-file", str(tmp_path / "token"),
+        "--region", "eu", "--allow-network", "10.0.0.0/33",
+    ]  # fmt: skip
+    with trio.fail_after(60):
+        result = await run(argv, clean_env(), tmp_path)
+    assert result.returncode == 2
+    assert b"'10.0.0.0/33' is not an address or a CIDR network" in result.stderr
