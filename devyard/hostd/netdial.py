@@ -19,6 +19,7 @@ import ipaddress
 import socket
 import weakref
 from typing import Final
+from urllib.parse import quote
 
 import attrs
 import trio
@@ -65,6 +66,14 @@ class ProxyEndpoint:
 
     def __repr__(self) -> str:
         return f"ProxyEndpoint({self.host}:{self.port})"
+
+    @property
+    def url(self) -> str:
+        """``http://USER:PASSWORD@HOST:PORT`` (the emulator's ``-http-proxy``); a secret."""
+        user, password = (
+            quote(c, safe="") for c in (self.credentials.username, self.credentials.password)
+        )
+        return f"http://{user}:{password}@{self.host}:{self.port}"
 
 
 @attrs.frozen
