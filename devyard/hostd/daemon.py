@@ -35,6 +35,7 @@ from ..core import (
 from ..core.transports import link_url
 from .endpoints import serve_streams
 from .netpolicy import NetPolicy
+from .sandboxes import prepare_data_dir
 from .supervisor import Supervisor
 
 log = logging.getLogger(__name__)
@@ -119,6 +120,7 @@ async def serve_hostd(
 async def _serve_hostd(
     config: HostdConfig, shutdown: trio.Event, task_status: trio.TaskStatus[Supervisor]
 ) -> None:
+    await trio.to_thread.run_sync(prepare_data_dir, config.data_dir)  # 0700, no stale sandboxes
     async with trio.open_nursery() as nursery:
         supervisor = Supervisor(
             nursery, config.data_dir, capacity=config.capacity, driver=config.drivers[0],

@@ -31,6 +31,12 @@ async def test_cli_host_token_and_hostd_register_and_stop(tmp_path: Path) -> Non
     host_id = host_line.split()[1].rstrip(";")
     (tmp_path / "token").write_text(token + "\n")
 
+    # A crashed host's sandbox, in a data dir readable by everyone (issue 14, finding 11).
+    stale = tmp_path / "host" / "instances" / "android_crashed_1"
+    stale.mkdir(parents=True)
+    (stale / "state.json").write_text("{}")
+    (tmp_path / "host").chmod(0o755)
+
     config = ServerConfig(data_dir=server_dir, listen=ListenAddress("127.0.0.1", 0))
     async with trio.open_nursery() as nursery:
         bound: BoundServer = await nursery.start(partial(serve_server, config, events=Recorder()))
@@ -46,6 +52,9 @@ async def test_cli_host_token_and_hostd_register_and_stop(tmp_path: Path) -> Non
             await eventually(lambda: bool(edge.hosts()), seconds=30)
             (info,) = edge.hosts()
             assert (info.id, info.region, info.capacity) == (host_id, "eu", 3)
+            assert not stale.exists()  # cleaned before the host registered
+            for private in (tmp_path / "host", tmp_path / "host" / "instances"):
+                assert private.stat().st_mode & 0o777 == 0o700, private
             process.send_signal(signal.SIGINT)
             with trio.fail_after(30):
                 assert await process.wait() == 0
