@@ -167,10 +167,10 @@ async def test_a_device_reaches_neither_the_host_nor_another_organizations_tunne
 
             # A scans the host through its own proxy: the same refusal for every port.
             closed = free_port()
+            mapped = "[::ffff:127.0.0.1]"  # the host's loopback (127.0.0.1 is the device's own)
             targets = [
-                f"127.0.0.1:{api_port}", f"127.0.0.1:{link_port}", f"127.0.0.1:{b_proxy_port}",
-                f"127.0.0.1:{closed}", f"localhost:{api_port}", f"0.0.0.0:{api_port}",
-                f"127.0.0.4:{b.private_port}",
+                f"{mapped}:{api_port}", f"{mapped}:{link_port}", f"{mapped}:{b_proxy_port}",
+                f"{mapped}:{closed}", f"0.0.0.0:{api_port}", f"127.0.0.4:{b.private_port}",
             ]  # fmt: skip
             answers = set()
             for target in targets:
@@ -184,19 +184,23 @@ async def test_a_device_reaches_neither_the_host_nor_another_organizations_tunne
                 )
             }
 
-            # Directly (no proxy setting), and with the setting pointed at B's proxy.
+            # Directly (no proxy setting): 127.0.0.1 is the device's own loopback (nothing
+            # listens there), never the host's; other host addresses are refused.
             await a.shell("settings delete global http_proxy")
-            for target in targets[:4]:
+            ports = (api_port, link_port, b_proxy_port, closed)
+            for target in [*(f"127.0.0.1:{port}" for port in ports), *targets]:
                 result = await a.shell(f"curl -sS -m 10 http://{target}/")
-                assert result["exitCode"] == 7, (target, result)
+                assert (result["exitCode"], result["stdout"]) == (7, ""), (target, result)
+                host = target.rsplit(":", 1)[0].strip("[]")
+                why = "Connection refused" if host == "127.0.0.1" else "not allowed by the host's"
                 assert re.fullmatch(
-                    r"curl: \(7\) Failed to connect to 127\.0\.0\.1 port \d+: "
-                    r"not allowed by the host's network policy\n",
+                    rf"curl: \(7\) Failed to connect to {re.escape(host)} port \d+: {why}.*\n",
                     result["stderr"],
                 ), result
             connect = f"CONNECT 127.0.0.4:{b.private_port} HTTP/1.0"
             nc = await a.shell(f"echo '{connect}' | nc -w 5 127.0.0.1 {b_proxy_port}")
-            assert nc["exitCode"] == 1 and "not allowed" in nc["stderr"], nc
+            assert nc["exitCode"] == 1 and "refused" in nc["stderr"], nc
+            # With the setting pointed at B's proxy: a host loopback dial, refused.
             await a.shell(f"settings put global http_proxy {b_proxy}")
             stolen = await a.shell(f"curl -sS -m 10 http://127.0.0.4:{b.private_port}/")
             assert stolen["exitCode"] == 7 and "not allowed" in stolen["stderr"], stolen

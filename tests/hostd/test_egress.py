@@ -211,35 +211,40 @@ async def test_a_device_reaches_neither_the_hosts_services_nor_another_instances
     assign(device, DeviceNetwork(POLICY, proxy_a.endpoint))
     await device.settings_put("global", "http_proxy", f"127.0.0.1:{port_a}")
 
-    # Through its own proxy: the host's loopback is refused, the same for an open and a closed
-    # port and for every spelling of the host, so scanning learns nothing.
+    # Through its own proxy: the host's addresses are refused, the same for an open and a
+    # closed port and for every spelling of the host, so scanning learns nothing.
+    other = await _serve(nursery, b"host service on another loopback address", "127.0.0.5")
     answers = set()
     for target in [
-        f"127.0.0.1:{service}", f"127.0.0.1:{closed}", f"localhost:{service}",
-        f"0.0.0.0:{service}", f"[::ffff:127.0.0.1]:{service}", f"[::1]:{service}",
-        f"127.0.0.1:{port_b}", "169.254.169.254:80",
+        f"127.0.0.5:{other}", f"127.0.0.5:{closed}", f"0.0.0.0:{service}",
+        f"[::ffff:127.0.0.1]:{service}", f"[::ffff:127.0.0.1]:{closed}",
+        f"[::ffff:127.0.0.1]:{port_b}", "169.254.169.254:80", f"[::ffff:127.0.0.5]:{other}",
     ]:  # fmt: skip
         status, out, err = await _sh(device, f"curl -sS http://{target}/")
         assert (status, out) == (56, b""), target
         answers.add(err)
     assert answers == {b"curl: (56) Received HTTP code 403 from proxy after CONNECT: not allowed\n"}
 
-    # Without the proxy setting: direct dials, refused before connecting, again uniformly.
+    # Without the proxy setting: the device's own loopback is its own (nothing listens there),
+    # and the host's other loopback addresses are refused before connecting, uniformly.
     await device.settings_delete("global", "http_proxy")
     for port in (service, closed, port_b):
-        status, _, err = await _sh(device, f"curl -sS http://127.0.0.1:{port}/")
-        assert status == 7
-        assert (
-            err
-            == (
-                f"curl: (7) Failed to connect to 127.0.0.1 port {port}: "
-                "not allowed by the host's network policy\n"
-            ).encode()
+        status, out, err = await _sh(device, f"curl -sS http://127.0.0.1:{port}/")
+        assert (status, out) == (7, b"")
+        message = f"curl: (7) Failed to connect to 127.0.0.1 port {port}: Connection refused\n"
+        assert err == message.encode()
+    for target in (f"127.0.0.5:{other}", f"127.0.0.5:{closed}", f"0.0.0.0:{service}"):
+        status, out, err = await _sh(device, f"curl -sS http://{target}/")
+        assert (status, out) == (7, b"")
+        host, port = target.split(":")
+        message = (
+            f"curl: (7) Failed to connect to {host} port {port}: "
+            "not allowed by the host's network policy\n"
         )
-    status, _, err = await _sh(device, f"nc 127.0.0.1 {service}", b"GET / HTTP/1.0\r\n\r\n")
+        assert err == message.encode()
+    status, _, err = await _sh(device, f"nc 127.0.0.5 {other}", b"GET / HTTP/1.0\r\n\r\n")
     assert status == 1
     assert b"not allowed" in err
-
     # Pointing the device at org B's proxy: a loopback dial like any other, refused.
     await device.settings_put("global", "http_proxy", f"127.0.0.1:{port_b}")
     status, _, err = await _sh(device, "curl -sS http://b.corp:9000/")
@@ -264,6 +269,11 @@ async def test_a_device_reaches_neither_the_hosts_services_nor_another_instances
     status, out, _ = await _sh(device, "curl -sS http://a.corp:8080/ok")
     assert (status, out) == (0, b"a-private GET /ok HTTP/1.1")
     assert tunnel_a.dials == [("a.corp", 8080)]
+
+    # And its own loopback is its own: an app's server on the device, not proxied.
+    await nursery.start(partial(device.serve_port, 8080, partial(_http_server, b"on-device")))
+    status, out, _ = await _sh(device, "curl -sS http://localhost:8080/x")
+    assert (status, out) == (0, b"on-device GET /x HTTP/1.1")
 
 
 async def test_one_bad_client_ends_only_its_own_connection(nursery: trio.Nursery) -> None:

@@ -10,7 +10,9 @@ device may dial (public addresses by default: never the host's loopback services
 instance's proxy, or private ranges; netdial.py). The credentials for the instance's own proxy
 come from the `DeviceNetwork` the supervisor assigned, never from the writable setting, and
 are sent only to that proxy; a setting that names another loopback port is a direct dial like
-any other, and refused.
+any other, and refused. ``localhost`` / 127.0.0.1 / ``::1`` are the device's own sockets
+(`open_port`, what its apps listen on), never the host's, with or without a proxy (Android
+does not proxy localhost either).
 
     curl [-s] [-S] [-f] [-i] [-I] [-X METHOD] [-H 'Name: value']... [-d DATA]
          [-o FILE] [-m SECONDS] URL          http:// and https://; exit codes as curl's
@@ -28,6 +30,7 @@ from urllib.parse import SplitResult, urlsplit
 import h11
 import trio
 
+from ..drivers import DeviceError
 from ..netdial import DeviceNetwork, DialReason, DialRefused, network_of, open_checked
 from ..proxy_protocol import Credentials
 from .interpreter import CommandIO, Interpreter, ParseError, command, device_path
@@ -46,6 +49,9 @@ _E_HTTP: Final = 22
 _E_TIMEOUT: Final = 28
 _E_SSL: Final = 35
 _E_RECV: Final = 56
+# The device's own loopback. The rest of 127.0.0.0/8 is left to the host's policy so that tests
+# (and labs) can stand 127.0.0.2+ in for other machines.
+_DEVICE_LOCAL: Final = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
 
 
 class _NetError(Exception):
@@ -125,8 +131,19 @@ async def _dial(
         raise _NetError(_E_CONNECT, message) from None
 
 
+def _device_local(host: str) -> bool:
+    return host.lower().rstrip(".") in _DEVICE_LOCAL
+
+
 async def _connect(sh: Interpreter, host: str, port: int) -> trio.abc.Stream:
-    """A TCP connection to host:port, through the device's proxy if it has one."""
+    """A TCP connection to host:port, through the device's proxy if it has one. The device's
+    own loopback is its own sockets (as Android does not proxy localhost), never the host's."""
+    if _device_local(host):
+        try:
+            return await sh.device.open_port(port)
+        except DeviceError:  # PortClosedError, or a port out of range
+            message = f"Failed to connect to {host} port {port}: Connection refused"
+            raise _NetError(_E_CONNECT, message) from None
     network = network_of(sh.device)
     proxy = await _proxy(sh)
     if proxy is None:
