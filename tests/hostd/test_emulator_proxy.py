@@ -13,8 +13,12 @@ from urllib.parse import urlsplit
 import trio
 
 from devyard.core.selectors import parse_selectors
-from devyard.hostd.drivers.emulator import EmulatorConfig, emulator_argv
+from devyard.hostd.drivers import DeviceSpec, Platform
+from devyard.hostd.drivers.emulator import EmulatorConfig, EmulatorDevice, emulator_argv
+from devyard.hostd.drivers.virtual import VirtualDevice
 from devyard.hostd.egress import EgressProxy
+from devyard.hostd.netdial import DeviceNetwork, assign, network_of
+from devyard.hostd.netpolicy import NetPolicy, parse_networks
 
 
 async def test_the_emulator_is_started_with_its_own_proxy_and_credentials(
@@ -33,3 +37,17 @@ async def test_the_emulator_is_started_with_its_own_proxy_and_credentials(
     assert (url.username, url.password) == (proxy.credentials.username, proxy.credentials.password)
     assert "-http-proxy" not in emulator_argv(config, "pixel_8", 5560)  # no tunnel: no flag
     assert proxy.credentials.password not in repr(proxy.endpoint)  # never in a log line
+
+
+def test_both_drivers_can_hold_a_device_network(tmp_path: Path) -> None:
+    """The supervisor keeps each device's `DeviceNetwork` beside it, keyed weakly by the device
+    object: a driver class must stay hashable and weak-referenceable (a slotted attrs class
+    with eq=True would not be)."""
+    for cls in (VirtualDevice, EmulatorDevice):
+        assert cls.__hash__ is not None, cls
+        assert "__weakref__" in dir(cls), cls
+    device = VirtualDevice(DeviceSpec(Platform.ANDROID, "android_n_1", tmp_path / "sb"))
+    network = DeviceNetwork(NetPolicy(allow=parse_networks(["10.0.0.0/8"])))
+    assert network_of(device) == DeviceNetwork()  # unconfigured: the default policy, no proxy
+    assign(device, network)
+    assert network_of(device) is network
