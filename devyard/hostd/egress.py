@@ -164,10 +164,10 @@ class EgressProxy:
     ) -> trio.abc.Stream | None:
         try:
             upstream = await self.dial(request.host, request.port)
-        except EgressDialError as exc:
-            log.info(
-                "instance %s: %s:%d refused: %s", self.instance_id, request.host, request.port, exc
-            )
+        except EgressDialError as exc:  # a scan refused by policy is DEBUG: no log flood
+            level = logging.DEBUG if exc.failure is DialFailure.NOT_ALLOWED else logging.INFO
+            where = f"{request.host}:{request.port}"
+            log.log(level, "instance %s: %s refused: %s", self.instance_id, where, exc)
             await client.send_all(handshake.failed(exc.failure))
             return None
         try:
