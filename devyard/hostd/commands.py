@@ -25,10 +25,21 @@ def _parse_link(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _parse_network(text: str) -> str:
+    from .netpolicy import parse_networks  # noqa: PLC0415
+
+    try:
+        parse_networks([text])
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def _run_hostd(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     import trio  # noqa: PLC0415
 
     from .daemon import HostdConfig, run_hostd  # noqa: PLC0415
+    from .netpolicy import NetPolicy, parse_networks  # noqa: PLC0415
 
     try:
         token = Path(args.token_file).read_text().strip()
@@ -67,6 +78,7 @@ def _run_hostd(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         drivers=drivers,
         link=args.link,
         emulator=emulator,
+        net_policy=NetPolicy(allow=parse_networks(args.allow_network)),
     )
     return trio.run(lambda: run_hostd(config, err=sys.stderr))
 
@@ -94,6 +106,15 @@ def add_commands(sub: Sub) -> None:
     hostd.add_argument("--drivers", default="virtual", help="virtual (default) or android-emulator")
     hostd.add_argument(
         "--data-dir", default=DEFAULT_HOSTD_DATA_DIR, metavar="DIR", help="instance sandboxes"
+    )
+    hostd.add_argument(
+        "--allow-network",
+        action="append",
+        default=[],
+        type=_parse_network,
+        metavar="CIDR",
+        help="a private network devices may dial and initial apps may come from (repeatable; "
+        "by default only public addresses: docs/tunnels.md 'Egress')",
     )
     hostd.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     hostd.set_defaults(run=_run_hostd)

@@ -35,6 +35,8 @@ from ..core import (
 from ..core.transports import link_url
 from .drivers.emulator import EmulatorConfig
 from .endpoints import serve_streams
+from .netpolicy import NetPolicy
+from .sandboxes import prepare_data_dir
 from .supervisor import Supervisor
 
 log = logging.getLogger(__name__)
@@ -78,6 +80,7 @@ class HostdConfig:
     backoff_base: float = 1.0
     link: str | None = None  # --link: a raw link port (tcp:// or tls://) or a WebSocket base
     emulator: EmulatorConfig | None = None  # the android-emulator driver's (the CLI loads it)
+    net_policy: NetPolicy = attrs.field(factory=NetPolicy)  # --allow-network: netpolicy.py
 
     @property
     def link_url(self) -> str:
@@ -119,6 +122,7 @@ async def serve_hostd(
 async def _serve_hostd(
     config: HostdConfig, shutdown: trio.Event, task_status: trio.TaskStatus[Supervisor]
 ) -> None:
+    await trio.to_thread.run_sync(prepare_data_dir, config.data_dir)  # 0700, no stale sandboxes
     async with trio.open_nursery() as nursery:
         supervisor = Supervisor(
             nursery,
@@ -126,6 +130,8 @@ async def _serve_hostd(
             capacity=config.capacity,
             driver=config.drivers[0],
             emulator=config.emulator,
+            net_policy=config.net_policy,
+            server_url=config.server_url,
         )
         task_status.started(supervisor)
         try:

@@ -24,6 +24,8 @@ from .drivers import AndroidDevice, DeviceDriver, DeviceError, DeviceSpec, Platf
 from .drivers.emulator import EmulatorConfig
 from .egress import EgressProxy
 from .initial_assets import forced_app, install_initial_assets, keep_in_foreground
+from .netdial import DeviceNetwork, assign
+from .netpolicy import NetPolicy
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +54,8 @@ class Supervisor:
         capacity: int,
         driver: str = "virtual",
         emulator: EmulatorConfig | None = None,
+        net_policy: NetPolicy | None = None,
+        server_url: str | None = None,
     ) -> None:
         self._nursery = nursery
         self.instances_dir = data_dir / "instances"
@@ -63,6 +67,8 @@ class Supervisor:
         self._outbox_changed = trio.Event()
         self.link: Session | None = None  # the link's session while it is up (the daemon sets it)
         self.attach_timeout = ATTACH_TIMEOUT_S
+        self.net_policy = NetPolicy() if net_policy is None else net_policy  # netpolicy.py
+        self._asset_origins = () if server_url is None else (server_url,)  # it signs asset URLs
 
     def __repr__(self) -> str:
         return f"Supervisor(running={sorted(self._instances)})"
@@ -181,8 +187,9 @@ class Supervisor:
             return await self._open_egress(instance_id, dest=dest, selector_version=version)
 
         selectors = parse_selectors(str(s) for s in tunnel.get("selectors", []))
-        proxy = EgressProxy(instance_id, selectors, dial)
+        proxy = EgressProxy(instance_id, selectors, dial, policy=self.net_policy)
         port = await nursery.start(proxy.serve)
+        assign(device, DeviceNetwork(self.net_policy, proxy.endpoint))  # with its credentials
         if isinstance(device, AndroidDevice):
             await device.settings_put("global", "http_proxy", f"127.0.0.1:{port}")
         log.info("instance %s attached to tunnel %s (proxy port %d)", instance_id, name, port)
@@ -231,9 +238,13 @@ class Supervisor:
                 open_device(spec, self.driver, emulator=self.emulator) as device,
                 trio.open_nursery() as network,
             ):
+                assign(device, DeviceNetwork(self.net_policy))
                 if tunnel is not None:  # attached first: initial apps may need the network
                     await self._attach(instance.instance_id, device, tunnel, network)
-                await install_initial_assets(device, assets, spec.sandbox_dir / "initial-assets")
+                workdir = spec.sandbox_dir / "initial-assets"
+                await install_initial_assets(
+                    device, assets, workdir, policy=self.net_policy, trusted=self._asset_origins
+                )
                 forced = forced_app(assets)
                 if forced is not None:
                     network.start_soon(keep_in_foreground, device, forced)
