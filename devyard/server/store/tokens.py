@@ -56,6 +56,7 @@ __all__ = [
     "parse_api_key",
     "parse_scoped_token",
     "parse_token",
+    "token_from",
     "verify_api_key",
     "verify_secret",
 ]
@@ -175,6 +176,15 @@ def new_token(kind: TokenKind) -> NewSecret:
     body = f"{PREFIXES[kind]}_{lookup_id}_{_base62(256, SECRET_LENGTH)}"
     plaintext = body + checksum(body)
     return NewSecret(plaintext=plaintext, lookup_id=lookup_id, secret_hash=hash_secret(plaintext))
+
+
+def token_from(kind: TokenKind, lookup_id: str, value: int) -> str:
+    """The token of *kind* whose lookup is *lookup_id* and whose secret encodes *value* (below
+    2**256): for tokens derived rather than drawn (`server.viewing`)."""
+    if not 0 <= value < 2**256 or len(lookup_id) != LOOKUP_LENGTH:
+        raise ValueError("a token needs a 12-character lookup and a 256-bit value")
+    body = f"{PREFIXES[kind]}_{lookup_id}_{_encode62(value, SECRET_LENGTH)}"
+    return body + checksum(body)
 
 
 def new_secret(prefix: str) -> NewSecret:
