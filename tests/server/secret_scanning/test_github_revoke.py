@@ -58,6 +58,14 @@ async def test_a_reported_api_key_is_revoked_and_its_organization_told(
     ]
     assert leaked.key not in json.dumps(events[0].detail)
     assert await store.list_audit_events(callers.other_admin.org_id) == []
+    # the organization's admins read it over the API; members and other organizations cannot
+    url = f"/organizations/{leaked.org_id}/auditEvents"
+    listed = await (await client.get(url, headers=callers.admin.headers)).get_json()
+    assert [(e["kind"], e["subject"], e["detail"]["action"]) for e in listed] == [
+        (AUDIT_KIND, events[0].subject, "revoked")
+    ]
+    await assert_api_error(await client.get(url, headers=callers.viewer.headers), 403)
+    await assert_api_error(await client.get(url, headers=callers.other_admin.headers), 404)
     # reported again: nothing left to revoke
     again = await _report(client, signer, _body(leaked.key))
     assert again[0]["label"] == "false_positive"
@@ -126,14 +134,15 @@ async def test_unsigned_or_wrongly_signed_reports_revoke_nothing(
     body = _body(leaked.key)
     impostor = Signer(key_id=signer.key_id)
     url = "/github_revoke"
-    await assert_api_error(await client.post(url, data=body), 400, "required")
+    reply = await client.post(url, data=body)
+    assert (await assert_api_error(reply, 403, "required"))["reason"] == "missing_signature"
     await assert_api_error(
         await client.post(url, data=body, headers=impostor.headers(body)), 403, "signature"
     )
     tampered = body.replace(b"commit", b"Commit")
     await assert_api_error(await client.post(url, data=tampered, headers=signer.headers(body)), 403)
     malformed = {KEY_ID_HEADER: signer.key_id, SIGNATURE_HEADER: "%%%"}
-    await assert_api_error(await client.post(url, data=body, headers=malformed), 400, "base64")
+    await assert_api_error(await client.post(url, data=body, headers=malformed), 403, "base64")
     unknown = Signer(key_id="ee" * 32)
     reply = await client.post(url, data=body, headers=unknown.headers(body))
     assert (await assert_api_error(reply, 403))["reason"] == "unknown_signing_key"

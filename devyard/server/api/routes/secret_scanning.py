@@ -6,11 +6,16 @@ is acted on unless the signature holds. Answers:
 
 - 200 with one ``{token_raw, token_type, label}`` per reported token, in the order reported,
   ``token_type`` echoing the reported ``type`` (GitHub's name for our pattern);
-- 400 ``missing_signature`` / ``malformed_signature`` when the headers are absent or not a
-  signature, 400 ``invalid_request`` when the body is not the partner format;
-- 403 ``unknown_signing_key`` / ``invalid_signature`` when the signature does not verify;
+- 403 ``missing_signature`` / ``malformed_signature`` / ``unknown_signing_key`` /
+  ``invalid_signature`` when the request is not shown to come from the code host (all 403:
+  the document declares no required header, so a request without one is well-formed but
+  unproven, like a missing key elsewhere);
+- 400 ``invalid_request`` when a signed body is not the partner format;
 - 503 ``signing_keys_unavailable`` (retryable) when the key endpoint cannot be reached;
 - 413 for a body above ``max_body_bytes``.
+
+``GET /organizations/{organizationId}/auditEvents`` (admins) is where the organization reads
+what was done: one ``token_leaked`` event per revoked credential.
 
 The key ring lives on the app (one per app, created at the first report), so its cache and
 cooldown hold across requests.
@@ -33,7 +38,8 @@ from ...secret_scanning import (
 )
 from ...tunnels import TunnelService
 from .._errors import BadRequest, Forbidden, Unavailable
-from ..context import state
+from ..context import params, same_organization, state
+from ..views import timestamp
 from .tunnels import TUNNELS_KEY
 
 __all__ = ["KEY_RING_KEY", "blueprint"]
@@ -55,8 +61,6 @@ def _key_ring() -> KeyRing:
 def _refusal(exc: SignatureError) -> Exception:
     if exc.reason is SignatureReason.KEYS_UNAVAILABLE:
         return Unavailable(exc.message, retry_after=_RETRY_AFTER)
-    if exc.reason in (SignatureReason.MISSING, SignatureReason.MALFORMED):
-        return BadRequest(exc.message, reason=exc.reason.value)
     return Forbidden(exc.message, reason=exc.reason.value)
 
 
@@ -88,3 +92,23 @@ async def github_revoke() -> Response:
         label = await responder.handle(report)
         answer.append({"token_raw": report.token, "token_type": report.type, "label": label})
     return jsonify(answer)
+
+
+@blueprint.get("/organizations/<organizationId>/auditEvents")
+async def list_audit_events(organizationId: str) -> Response:
+    caller = same_organization(organizationId)
+    limit = params()["limit"]
+    assert isinstance(limit, int)
+    events = await state().store.list_audit_events(caller.org_id, limit=limit)
+    return jsonify(
+        [
+            {
+                "id": event.id,
+                "kind": event.kind,
+                "subject": event.subject,
+                "detail": dict(event.detail),
+                "createdAt": timestamp(event.created_at),
+            }
+            for event in events
+        ]
+    )
