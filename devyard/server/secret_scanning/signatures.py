@@ -162,7 +162,6 @@ class KeyRing:
         self._fetched_at: float | None = None
         self._failure: SignatureError | None = None
         self._lock = trio.Lock()
-        self.fetches = 0
 
     def __repr__(self) -> str:
         return f"<KeyRing {self.url} {len(self._keys)} keys>"
@@ -180,7 +179,6 @@ class KeyRing:
             now = self._clock()
             if self._fetched_at is None or now - self._fetched_at >= self._cooldown:
                 self._fetched_at = now
-                self.fetches += 1
                 try:
                     self._keys = load_public_keys(await self._fetch(self.url))
                     self._failure = None
