@@ -2,38 +2,47 @@
 
 The instances service decides *what* runs *where* (lifecycle, placement, timeouts); the edge
 holds one multiplexed link per connected host daemon and carries orders and events over it.
-Neither imports the other: the edge implements `HostRegistry`, the instances service
-implements `InstanceEvents`, and `serve_server` wires one to the other.
+Neither imports the other, and neither holds the other: the edge implements `HostRegistry`
+(orders go down), and publishes what hosts report as `HostEvent`s on a bounded memory channel
+that the instances service consumes (events go up). `serve_server` builds both top-down.
 
 Order of events for one instance (docs/protocol.md section 7 carries them on the link):
 
+    edge:    HostRegistered(host_id, instances)       -> reconcile what the host runs
     service: registry.start_instance(host_id, order)  -> the host has the order (assigned)
-    host:    events.on_instance_event(host_id, InstanceEvent(id, READY, ...))
+    host:    InstanceReported(host_id, InstanceEvent(id, READY, ...))
     ...
     service: registry.stop_instance(host_id, id)      -> the host tears it down
-    host:    events.on_instance_event(host_id, InstanceEvent(id, TERMINATED, ...))
-    edge:    events.on_host_lost(host_id)             -> the link is gone (after its grace)
+    host:    InstanceReported(host_id, InstanceEvent(id, TERMINATED, ...))
+    edge:    HostLost(host_id)                        -> the link is gone (after its grace)
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import attrs
+import trio
 
 __all__ = [
+    "EVENT_BUFFER",
+    "Activity",
+    "HostEvent",
     "HostInfo",
+    "HostLost",
+    "HostRegistered",
     "HostRegistry",
     "HostUnavailableError",
     "InstanceAccess",
     "InstanceAccessError",
     "InstanceDirectory",
     "InstanceEvent",
-    "InstanceEvents",
     "InstanceOrder",
     "InstancePhase",
+    "InstanceReported",
     "InstanceRoute",
 ]
 
@@ -107,14 +116,56 @@ class HostRegistry(Protocol):
         ...
 
 
-class InstanceEvents(Protocol):
-    """Implemented by the instances service; the edge calls it."""
+@attrs.frozen
+class InstanceReported:
+    """A host reported *event* about one of its instances."""
 
-    async def on_instance_event(self, host_id: str, event: InstanceEvent) -> None: ...
+    host_id: str
+    event: InstanceEvent
 
-    async def on_host_lost(self, host_id: str) -> None:
-        """The host's link is gone and did not come back within the grace period."""
-        ...
+
+@attrs.frozen
+class HostRegistered:
+    """A host's link registered. ``instances``: the ids its hello says it runs now (None: an
+    older host that does not say, so nothing is reconciled); ``at``: trio time of the
+    registration (orders handed over later are not in the list, and are not reconciled)."""
+
+    host_id: str
+    instances: frozenset[str] | None
+    at: float
+
+
+@attrs.frozen
+class HostLost:
+    """The host's link is gone and did not come back within the grace period."""
+
+    host_id: str
+
+
+#: What the edge publishes, in the order it happened, for the instances service to consume.
+HostEvent = InstanceReported | HostRegistered | HostLost
+
+#: The bound of the channel that carries `HostEvent`s (the edge waits when it is full).
+EVENT_BUFFER: Final = 64
+
+
+class Activity:
+    """When client traffic last reached each instance (trio time): the edge's gateway writes
+    it (`InstanceDirectory.touch`), the instances service reads it for inactivity timeouts.
+    A plain value both are given; neither holds the other."""
+
+    def __init__(self, clock: Callable[[], float] = trio.current_time) -> None:
+        self._clock = clock
+        self._last: dict[str, float] = {}
+
+    def touch(self, instance_id: str) -> None:
+        self._last[instance_id] = self._clock()
+
+    def last(self, instance_id: str) -> float | None:
+        return self._last.get(instance_id)
+
+    def forget(self, instance_id: str) -> None:
+        self._last.pop(instance_id, None)
 
 
 @attrs.frozen
@@ -138,7 +189,8 @@ class InstanceAccessError(Exception):
 
 
 class InstanceDirectory(Protocol):
-    """Implemented by the instances service; the edge's per-instance gateway calls it."""
+    """What the edge's gateway and egress ask about instances: store reads and token rules
+    (`devyard.server.instances.StoreInstanceDirectory`)."""
 
     async def authorize(self, instance_id: str, token: str) -> InstanceAccess:
         """Raises InstanceAccessError: 404 unknown, 410 terminated, 401 wrong token, 409 not

@@ -52,6 +52,7 @@ from ...core import (
     open_session,
     request_open,
 )
+from ...core.link import HELLO_TIMEOUT, PROTO
 from ...core.selectors import Selector, SelectorError, matches, parse_dest, parse_selectors
 from ..store.base import Tunnel
 from ..store.rows import utc_now
@@ -69,7 +70,6 @@ from .asgi_stream import Receive, Send, accept_link_stream
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "CONNECTOR_CONNECTIONS_PATH",
     "DEFAULT_QUICK_GRACE",
     "ConnectorHub",
     "TunnelDialError",
@@ -78,10 +78,7 @@ __all__ = [
     "open_connector_hub",
 ]
 
-CONNECTOR_CONNECTIONS_PATH: Final = "/v1/connector_connections"
 DEFAULT_QUICK_GRACE: Final = 600.0
-PROTO: Final = 1
-_HELLO_TIMEOUT: Final = 10.0
 _CLOSE_GRACE: Final = 2.0
 _DAY: Final = 86400.0
 _KEPT_VERSIONS: Final = 16
@@ -327,7 +324,7 @@ class ConnectorHub:
 
     async def _serve_link(self, tunnel: Tunnel, stream: trio.abc.Stream) -> None:
         async with open_session(stream, client=False) as session:
-            with trio.fail_after(_HELLO_TIMEOUT):
+            with trio.fail_after(HELLO_TIMEOUT):
                 control = ControlChannel(await session.accept_stream())
                 hello = await control.receive()
             if hello.get("type") != "hello" or hello.get("proto") != PROTO:

@@ -78,12 +78,15 @@ class _Refused(Exception):
 class InstanceGateway:
     """Raw ASGI app for the ``/v1/instances/`` prefix (HTTP and WebSocket)."""
 
-    def __init__(self, edge: Edge, directory: InstanceDirectory) -> None:
+    def __init__(
+        self, edge: Edge, directory: InstanceDirectory, *, raw_link: str | None = None
+    ) -> None:
+        """*raw_link*: ``tcp://HOST:PORT`` (or ``tls://``) of the raw link port that the adb
+        WebSocket names to clients, when there is one clients can reach."""
         self.edge = edge
         self.directory = directory
         self._viewer = _viewer_page()
-        #: ``tcp://HOST:PORT`` (or ``tls://``) of the raw link port, set by serve_server.
-        self.raw_link: str | None = None
+        self._raw_link = raw_link
 
     def __repr__(self) -> str:
         return f"InstanceGateway({self.edge!r})"
@@ -183,8 +186,8 @@ class InstanceGateway:
             client: trio.abc.Stream = await accept_link_stream(scope, receive, send)
         else:
             headers = []
-            if endpoint == "adb" and self.raw_link is not None:  # tell the forwarder
-                headers.append((RAW_LINK_HEADER.encode(), self.raw_link.encode()))
+            if endpoint == "adb" and self._raw_link is not None:  # tell the forwarder
+                headers.append((RAW_LINK_HEADER.encode(), self._raw_link.encode()))
             await send({"type": "websocket.accept", "headers": headers})
             client = ASGIWebSocketStream(receive, send)
         async with trio.open_nursery() as nursery:

@@ -23,7 +23,7 @@ from .asgi_stream import RAW_LINK_EXTENSION, Receive, Send
 
 log = logging.getLogger(__name__)
 
-__all__ = ["HANDSHAKE_TIMEOUT", "LinkApp", "serve_raw_links"]
+__all__ = ["HANDSHAKE_TIMEOUT", "LinkApp", "open_raw_listeners", "serve_raw_links"]
 
 LinkApp = Callable[[MutableMapping[str, Any], Receive, Send], Awaitable[None]]
 
@@ -132,28 +132,32 @@ async def _handle(stream: trio.abc.Stream, routes: Mapping[str, LinkApp]) -> Non
         await trio.aclose_forcefully(link.accepted or stream)
 
 
-async def serve_raw_links(
-    host: str,
-    port: int,
-    routes: Mapping[str, LinkApp],
-    *,
-    ssl_context: ssl.SSLContext | None = None,
-    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
-) -> None:
-    """Listen on host:port for raw links to *routes* (path -> app; a path ending in ``/`` is
-    a prefix) until cancelled.
-
-    `task_status` gets the bound port."""
+async def open_raw_listeners(
+    host: str, port: int, *, ssl_context: ssl.SSLContext | None = None
+) -> tuple[list[trio.abc.Listener[Any]], int]:
+    """Bind the raw link port (before its routes exist: they may need to know the port);
+    returns the listeners and the bound port. `serve_raw_links` serves and closes them."""
     tcp = await trio.open_tcp_listeners(port, host=host)
     bound = int(tcp[0].socket.getsockname()[1])
     listeners: list[trio.abc.Listener[Any]] = list(tcp)
     if ssl_context is not None:
         listeners = [trio.SSLListener(t, ssl_context, https_compatible=False) for t in tcp]
     log.info("raw links on %s:%d (%s)", host, bound, "TLS" if ssl_context else "TCP")
+    return listeners, bound
+
+
+async def serve_raw_links(
+    listeners: list[trio.abc.Listener[Any]],
+    routes: Mapping[str, LinkApp],
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve raw links to *routes* (path -> app; a path ending in ``/`` is a prefix) on
+    *listeners* (`open_raw_listeners`) until cancelled."""
 
     async def handle(stream: trio.abc.Stream) -> None:
         await _handle(stream, routes)
 
     async with trio.open_nursery() as nursery:
         await nursery.start(trio.serve_listeners, handle, listeners)
-        task_status.started(bound)
+        task_status.started()

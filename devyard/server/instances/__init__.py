@@ -5,6 +5,7 @@ The pure parts (`lifecycle`, `durations`, `placement`) know nothing of trio or t
 docs/instances.md records the decisions.
 """
 
+from .directory import StoreInstanceDirectory
 from .durations import DurationTooLong, InvalidDuration, format_duration, parse_duration
 from .lifecycle import IllegalTransition, LifecycleEvent, expected_for, next_state
 from .placement import ClientLocation, NoCapacity, RegionInfo, UnknownPlacement
@@ -21,6 +22,7 @@ __all__ = [
     "NewInstance",
     "NoCapacity",
     "RegionInfo",
+    "StoreInstanceDirectory",
     "TunnelRejectedError",
     "UnknownPlacement",
     "expected_for",

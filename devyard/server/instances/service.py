@@ -1,4 +1,4 @@
-"""`InstanceService`: creates, ends and watches instances; the edge's `InstanceEvents`.
+"""`InstanceService`: creates, ends and watches instances, and consumes what hosts report.
 
 Theory of operation. The store row is the truth about an instance; every change goes through
 the lifecycle table (`lifecycle.py`) as a compare-and-set on the row, so a delete racing a
@@ -12,15 +12,16 @@ written when no host has room (`NoCapacity`), and an order that no host accepts 
 the row with ``Error`` before the caller hears `NoCapacity`. Ending an instance writes the
 row first (state), then tells the host under a bounded, shielded grace.
 
-Timeouts run in one task, `run`, owned by the server's nursery: it sleeps until the earliest
-deadline (or until a new one is set) and ends what is due. Inactivity counts from ``ready``
-and from every `touch` (the edge calls it on any client traffic to the instance); the hard
-timeout counts from creation.
+Timeouts and host events run in `run`, owned by the server's nursery: one task sleeps until
+the earliest deadline (or until a new one is set) and ends what is due; another consumes the
+`HostEvent`s the edge publishes on a bounded channel (the service never is the edge's
+callee). A store error while handling one event or one timeout is logged and contained: the
+next one is handled. Inactivity counts from ``ready`` and from the last client traffic (the
+edge's gateway writes it to the shared `Activity`); the hard timeout counts from creation.
 """
 
 from __future__ import annotations
 
-import hmac
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any, Final, NoReturn, Protocol
@@ -30,15 +31,17 @@ import trio
 
 from ...core.selectors import android_compatible, parse_selectors
 from ..hosts import (
+    Activity,
+    HostEvent,
     HostInfo,
+    HostLost,
+    HostRegistered,
     HostRegistry,
     HostUnavailableError,
-    InstanceAccess,
-    InstanceAccessError,
     InstanceEvent,
     InstanceOrder,
     InstancePhase,
-    InstanceRoute,
+    InstanceReported,
 )
 from ..store import errors as store_errors
 from ..store import tokens
@@ -153,20 +156,28 @@ class InstanceService:
         store: Store,
         registry: HostRegistry,
         *,
+        events: trio.MemoryReceiveChannel[HostEvent] | None = None,
+        tunnels: TunnelStatusSource | None = None,
+        activity: Activity | None = None,
         regions: Sequence[RegionInfo] = (),
         home_region: str = "local",
         clock: Callable[[], float] = trio.current_time,
     ) -> None:
+        """*registry* takes orders to hosts; *events* is what the hosts report (none: a
+        control plane without an edge); *tunnels* says whether a tunnel is held (none: every
+        tunnel is offline); *activity* is where the edge records client traffic."""
         self._store = store
-        self.store = store
-        self.registry = registry
+        self.store = store  # read by the API's instance routes
+        self._registry = registry
+        self._events = events
+        self._tunnels = tunnels
+        self._activity = activity if activity is not None else Activity(clock)
         self._regions = tuple(regions)
         self._home = home_region
         self._clock = clock
         self._ready: dict[str, trio.Event] = {}
         self._deadlines: dict[str, _Deadlines] = {}
         self._wakeup = trio.Event()
-        self.tunnels: TunnelStatusSource | None = None  # the edge's connector hub, when wired
 
     def __repr__(self) -> str:
         return f"<InstanceService {len(self._deadlines)} live>"
@@ -178,7 +189,7 @@ class InstanceService:
         spec = normalise_spec(new.spec, organization)
         tunnel = await self._tunnel_for(organization.id, new.platform, spec.get("tunnel"))
         request = _placement_request(new)
-        hosts = self.registry.hosts()
+        hosts = self._registry.hosts()
         try:
             placement = place(self._regions, hosts, request, home=self._home)
         except NoCapacity:
@@ -224,7 +235,7 @@ class InstanceService:
         try:
             for host in placement.hosts:
                 try:
-                    await self.registry.start_instance(host.id, order)
+                    await self._registry.start_instance(host.id, order)
                 except HostUnavailableError:
                     log.info("host %s refused %s; trying the next", host.id, instance.id)
                     continue
@@ -264,7 +275,7 @@ class InstanceService:
                 f"tunnel {name!r} has an exact selector port below 1024, which Android "
                 "instances cannot use: every exact selector port must be 1024 or higher",
             )
-        if self.tunnels is None or not self.tunnels.status(org_id, name).online:
+        if self._tunnels is None or not self._tunnels.status(org_id, name).online:
             raise TunnelRejectedError(
                 409,
                 "tunnel_offline",
@@ -276,21 +287,6 @@ class InstanceService:
             "selectors": list(tunnel.selectors),
             "selector_version": tunnel.selector_version,
         }
-
-    async def route(self, host_id: str, instance_id: str) -> InstanceRoute:
-        """`InstanceDirectory.route`: the tunnel behind a host's egress for *instance_id*."""
-        try:
-            instance = await self._store.get_instance(instance_id)
-        except store_errors.NotFound:
-            raise InstanceAccessError(404, "not_found", f"no instance {instance_id}") from None
-        if instance.host_id != host_id:
-            raise InstanceAccessError(404, "not_found", f"{instance_id} is not on this host")
-        if instance.state is InstanceState.TERMINATED:
-            raise InstanceAccessError(410, "gone", f"instance {instance_id} was terminated")
-        tunnel = instance.spec.get("tunnel")
-        if not isinstance(tunnel, str):
-            raise InstanceAccessError(400, "bad_request", f"{instance_id} is not on a tunnel")
-        return InstanceRoute(instance.id, instance.org_id, tunnel)
 
     async def _find_live(self, org_id: str, new: NewInstance, region: str) -> Instance | None:
         try:
@@ -331,12 +327,13 @@ class InstanceService:
         self._forget(instance_id)
         if instance.host_id is not None and reason is not TerminationReason.HOST_LOST:
             with trio.move_on_after(STOP_GRACE, shield=True):
-                await self.registry.stop_instance(instance.host_id, instance_id)
+                await self._registry.stop_instance(instance.host_id, instance_id)
         log.info("instance %s terminated: %s", instance_id, instance.termination_reason)
         return instance
 
     def _forget(self, instance_id: str) -> None:
         self._deadlines.pop(instance_id, None)
+        self._activity.forget(instance_id)
         event = self._ready.pop(instance_id, None)
         if event is not None:
             event.set()
@@ -353,7 +350,23 @@ class InstanceService:
         except (IllegalTransition, store_errors.Conflict):
             return await self._store.get_instance(instance_id)  # another trigger won
 
-    # -- the edge's events (hosts.InstanceEvents) ------------------------------------------
+    # -- what hosts report (the edge's HostEvents) ------------------------------------------
+    async def handle(self, event: HostEvent) -> None:
+        """One event the edge published; a store error is logged and contained."""
+        try:
+            if isinstance(event, InstanceReported):
+                await self.on_instance_event(event.host_id, event.event)
+            elif isinstance(event, HostLost):
+                await self.on_host_lost(event.host_id)
+            elif isinstance(event, HostRegistered):
+                await self.on_host_registered(event)
+        except store_errors.StoreError:
+            log.exception("could not handle %r; the next event is handled", event)
+
+    async def on_host_registered(self, event: HostRegistered) -> None:
+        await trio.lowlevel.checkpoint()
+        log.info("host %s registered", event.host_id)
+
     async def on_instance_event(self, host_id: str, event: InstanceEvent) -> None:
         try:
             instance = await self._store.get_instance(event.instance_id)
@@ -382,43 +395,9 @@ class InstanceService:
         for instance in await self._store.list_live_instances(host_id=host_id):
             await self._end(instance.id, TerminationReason.HOST_LOST, f"host {host_id} is gone")
 
-    async def authorize(self, instance_id: str, token: str) -> InstanceAccess:
-        """`InstanceDirectory`: may *token* reach the per-instance endpoints of *instance_id*?"""
-        try:
-            instance = await self._store.get_instance(instance_id)
-        except store_errors.NotFound:
-            raise InstanceAccessError(404, "not_found", f"no instance {instance_id}") from None
-        if instance.state is InstanceState.TERMINATED:
-            why = instance.termination_reason.value if instance.termination_reason else "ended"
-            raise InstanceAccessError(410, "gone", f"instance {instance_id} was terminated ({why})")
-        full = bool(instance.token) and hmac.compare_digest(
-            token.encode(), str(instance.token).encode()
-        )
-        stream = bool(instance.stream_token) and hmac.compare_digest(
-            token.encode(), str(instance.stream_token).encode()
-        )
-        if not (full or stream):
-            raise InstanceAccessError(
-                401, "unauthorized", f"the token does not open instance {instance_id}"
-            )
-        if instance.state is not InstanceState.READY or instance.host_id is None:
-            raise InstanceAccessError(
-                409,
-                "not_ready",
-                f"instance {instance_id} is {instance.state.value}, not ready yet",
-            )
-        return InstanceAccess(
-            instance_id=instance.id,
-            host_id=instance.host_id,
-            platform=instance.platform.value,
-            stream_only=not full,
-        )
-
     def touch(self, instance_id: str) -> None:
         """Client traffic to the instance: its inactivity period starts again."""
-        deadlines = self._deadlines.get(instance_id)
-        if deadlines is not None and deadlines.idle_since is not None:
-            deadlines.idle_since = self._clock()
+        self._activity.touch(instance_id)
 
     # -- timeouts --------------------------------------------------------------------------
     def _due(self, now: float) -> tuple[list[tuple[str, TerminationReason]], float]:
@@ -429,6 +408,9 @@ class InstanceService:
             if d.hard_at is not None:
                 candidates.append((d.hard_at, TerminationReason.HARD_TIMEOUT))
             if d.idle_since is not None and d.inactivity_s > 0:
+                touched = self._activity.last(instance_id)
+                if touched is not None and touched > d.idle_since:
+                    d.idle_since = touched
                 candidates.append(
                     (d.idle_since + d.inactivity_s, TerminationReason.INACTIVITY_TIMEOUT)
                 )
@@ -442,7 +424,8 @@ class InstanceService:
     async def run(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> NoReturn:
-        """Ends instances whose timeouts are due; runs until cancelled."""
+        """Ends instances whose timeouts are due and handles what hosts report; runs until
+        cancelled."""
         now = self._clock()
         for instance in await self._store.list_live_instances():
             hard = parse_duration("spec.hardTimeout", instance.spec.get("hardTimeout", "0"))
@@ -457,7 +440,19 @@ class InstanceService:
                     idle_since=now if instance.state is InstanceState.READY else None,
                 ),
             )
-        task_status.started()
+        async with trio.open_nursery() as nursery:
+            if self._events is not None:
+                nursery.start_soon(self._consume, self._events)
+            task_status.started()
+            await self._timeouts()
+        raise AssertionError("unreachable")
+
+    async def _consume(self, events: trio.MemoryReceiveChannel[HostEvent]) -> None:
+        async with events:
+            async for event in events:
+                await self.handle(event)
+
+    async def _timeouts(self) -> NoReturn:
         while True:
             self._wakeup = trio.Event()
             due, earliest = self._due(self._clock())
