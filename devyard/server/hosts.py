@@ -29,6 +29,8 @@ import trio
 
 __all__ = [
     "EVENT_BUFFER",
+    "AccessDenied",
+    "AccessReason",
     "Activity",
     "HostEvent",
     "HostInfo",
@@ -37,13 +39,14 @@ __all__ = [
     "HostRegistry",
     "HostUnavailableError",
     "InstanceAccess",
-    "InstanceAccessError",
     "InstanceDirectory",
     "InstanceEvent",
     "InstanceOrder",
     "InstancePhase",
     "InstanceReported",
     "InstanceRoute",
+    "TunnelRejected",
+    "TunnelRejection",
 ]
 
 
@@ -178,12 +181,41 @@ class InstanceAccess:
     stream_only: bool  # the stream token: the browser stream and viewer page only
 
 
-class InstanceAccessError(Exception):
-    """Why a per-instance request is refused: an HTTP status, a reason code and a message."""
+class AccessReason(enum.Enum):
+    """Why an instance cannot be reached (each boundary maps these once: the edge's HTTP
+    refusals in ``edge/asgi.py``, its preamble codes in ``edge/egress.py``)."""
 
-    def __init__(self, status: int, reason: str, message: str) -> None:
+    UNKNOWN = "unknown"  # no such instance
+    GONE = "gone"  # it was terminated
+    WRONG_TOKEN = "wrong-token"  # noqa: S105 - a reason, not a secret: the token opens another instance, or none
+    NOT_READY = "not-ready"  # creating or assigned: not reachable yet
+    NOT_ON_HOST = "not-on-host"  # a host asked about an instance placed elsewhere
+    NOT_ON_TUNNEL = "not-on-tunnel"  # egress for an instance that names no tunnel
+
+
+class AccessDenied(Exception):
+    """A per-instance request is refused; *message* is for people and names no secret."""
+
+    def __init__(self, reason: AccessReason, message: str) -> None:
         super().__init__(message)
-        self.status = status
+        self.reason = reason
+        self.message = message
+
+
+class TunnelRejection(enum.Enum):
+    """Why the tunnel an instance names cannot be used (spec 4.1 rule 3); the API maps
+    these once (``api/_errors.py``)."""
+
+    UNSUPPORTED = "unsupported"  # the platform has no tunnels (xcode, gradle)
+    INVALID_NAME = "invalid-name"  # not a tunnel name
+    NOT_FOUND = "not-found"  # no such tunnel in the organization
+    SELECTORS = "selectors"  # Android and an exact selector port below 1024
+    OFFLINE = "offline"  # no connector holds it now (retryable)
+
+
+class TunnelRejected(Exception):
+    def __init__(self, reason: TunnelRejection, message: str) -> None:
+        super().__init__(message)
         self.reason = reason
         self.message = message
 
@@ -193,8 +225,7 @@ class InstanceDirectory(Protocol):
     (`devyard.server.instances.StoreInstanceDirectory`)."""
 
     async def authorize(self, instance_id: str, token: str) -> InstanceAccess:
-        """Raises InstanceAccessError: 404 unknown, 410 terminated, 401 wrong token, 409 not
-        ready yet."""
+        """Raises AccessDenied (UNKNOWN, GONE, WRONG_TOKEN, NOT_READY)."""
         ...
 
     def touch(self, instance_id: str) -> None:
@@ -202,8 +233,8 @@ class InstanceDirectory(Protocol):
         ...
 
     async def route(self, host_id: str, instance_id: str) -> InstanceRoute:
-        """Where an instance's egress goes. Raises InstanceAccessError (404 unknown or not on
-        this host, 410 terminated, 400 not on a tunnel)."""
+        """Where an instance's egress goes. Raises AccessDenied (UNKNOWN, NOT_ON_HOST, GONE,
+        NOT_ON_TUNNEL)."""
         ...
 
 

@@ -8,14 +8,32 @@ from __future__ import annotations
 
 import json
 from collections.abc import MutableMapping
-from typing import Any
+from typing import Any, Final
 from urllib.parse import parse_qs
 
 import trio
 
+from ..hosts import AccessReason
 from .asgi_stream import Send
 
-__all__ = ["bearer_token", "error_body", "reject_websocket", "send_http", "send_http_error"]
+__all__ = [
+    "ACCESS_REFUSALS",
+    "bearer_token",
+    "error_body",
+    "reject_websocket",
+    "send_http",
+    "send_http_error",
+]
+
+#: The edge's HTTP answer to each `AccessReason`: (status, the APIError ``reason``).
+ACCESS_REFUSALS: Final[dict[AccessReason, tuple[int, str]]] = {
+    AccessReason.UNKNOWN: (404, "not_found"),
+    AccessReason.GONE: (410, "gone"),
+    AccessReason.WRONG_TOKEN: (401, "unauthorized"),
+    AccessReason.NOT_READY: (409, "not_ready"),
+    AccessReason.NOT_ON_HOST: (404, "not_found"),
+    AccessReason.NOT_ON_TUNNEL: (400, "bad_request"),
+}
 
 
 def error_body(message: str, reason: str) -> bytes:

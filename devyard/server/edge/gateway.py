@@ -36,8 +36,8 @@ from ...core import (
     receive_message,
     splice,
 )
-from ..hosts import HostUnavailableError, InstanceAccess, InstanceAccessError, InstanceDirectory
-from .asgi import bearer_token, reject_websocket, send_http, send_http_error
+from ..hosts import AccessDenied, HostUnavailableError, InstanceAccess, InstanceDirectory
+from .asgi import ACCESS_REFUSALS, bearer_token, reject_websocket, send_http, send_http_error
 from .asgi_stream import RAW_LINK_EXTENSION, ASGIWebSocketStream, Receive, Send, accept_link_stream
 from .links import Edge
 
@@ -68,6 +68,8 @@ def _viewer_page() -> bytes:
 
 
 class _Refused(Exception):
+    """The gateway's HTTP refusal (this is the HTTP boundary)."""
+
     def __init__(self, status: int, reason: str, message: str) -> None:
         super().__init__(message)
         self.status = status
@@ -113,8 +115,9 @@ class InstanceGateway:
             )
         try:
             access = await self.directory.authorize(instance_id, token)
-        except InstanceAccessError as exc:
-            raise _Refused(exc.status, exc.reason, exc.message) from None
+        except AccessDenied as exc:
+            status, reason = ACCESS_REFUSALS[exc.reason]
+            raise _Refused(status, reason, exc.message) from None
         if access.stream_only and endpoint in _FULL_TOKEN_ONLY:
             raise _Refused(403, "forbidden", f"the stream token does not open {endpoint}")
         self.directory.touch(access.instance_id)

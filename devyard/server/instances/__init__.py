@@ -9,7 +9,7 @@ from .directory import StoreInstanceDirectory
 from .durations import DurationTooLong, InvalidDuration, format_duration, parse_duration
 from .lifecycle import IllegalTransition, LifecycleEvent, expected_for, next_state
 from .placement import ClientLocation, NoCapacity, RegionInfo, UnknownPlacement
-from .service import EmptyRegistry, InstanceService, NewInstance, TunnelRejectedError
+from .service import EmptyRegistry, InstanceService, NewInstance
 
 __all__ = [
     "ClientLocation",
@@ -23,7 +23,6 @@ __all__ = [
     "NoCapacity",
     "RegionInfo",
     "StoreInstanceDirectory",
-    "TunnelRejectedError",
     "UnknownPlacement",
     "expected_for",
     "format_duration",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hmac
 
-from ..hosts import Activity, InstanceAccess, InstanceAccessError, InstanceRoute
+from ..hosts import AccessDenied, AccessReason, Activity, InstanceAccess, InstanceRoute
 from ..store import errors as store_errors
 from ..store.base import Instance, InstanceState, Store
 
@@ -32,24 +32,23 @@ class StoreInstanceDirectory:
         try:
             return await self._store.get_instance(instance_id)
         except store_errors.NotFound:
-            raise InstanceAccessError(404, "not_found", f"no instance {instance_id}") from None
+            raise AccessDenied(AccessReason.UNKNOWN, f"no instance {instance_id}") from None
 
     async def authorize(self, instance_id: str, token: str) -> InstanceAccess:
         """May *token* reach the per-instance endpoints of *instance_id*?"""
         instance = await self._get(instance_id)
         if instance.state is InstanceState.TERMINATED:
             why = instance.termination_reason.value if instance.termination_reason else "ended"
-            raise InstanceAccessError(410, "gone", f"instance {instance_id} was terminated ({why})")
+            raise AccessDenied(AccessReason.GONE, f"instance {instance_id} was terminated ({why})")
         full = _same(token, instance.token)
         stream = _same(token, instance.stream_token)
         if not (full or stream):
-            raise InstanceAccessError(
-                401, "unauthorized", f"the token does not open instance {instance_id}"
+            raise AccessDenied(
+                AccessReason.WRONG_TOKEN, f"the token does not open instance {instance_id}"
             )
         if instance.state is not InstanceState.READY or instance.host_id is None:
-            raise InstanceAccessError(
-                409,
-                "not_ready",
+            raise AccessDenied(
+                AccessReason.NOT_READY,
                 f"instance {instance_id} is {instance.state.value}, not ready yet",
             )
         return InstanceAccess(
@@ -63,12 +62,12 @@ class StoreInstanceDirectory:
         """The tunnel behind a host's egress for *instance_id*."""
         instance = await self._get(instance_id)
         if instance.host_id != host_id:
-            raise InstanceAccessError(404, "not_found", f"{instance_id} is not on this host")
+            raise AccessDenied(AccessReason.NOT_ON_HOST, f"{instance_id} is not on this host")
         if instance.state is InstanceState.TERMINATED:
-            raise InstanceAccessError(410, "gone", f"instance {instance_id} was terminated")
+            raise AccessDenied(AccessReason.GONE, f"instance {instance_id} was terminated")
         tunnel = instance.spec.get("tunnel")
         if not isinstance(tunnel, str):
-            raise InstanceAccessError(400, "bad_request", f"{instance_id} is not on a tunnel")
+            raise AccessDenied(AccessReason.NOT_ON_TUNNEL, f"{instance_id} is not on a tunnel")
         return InstanceRoute(instance.id, instance.org_id, tunnel)
 
     def touch(self, instance_id: str) -> None:

@@ -42,6 +42,8 @@ from ..hosts import (
     InstanceOrder,
     InstancePhase,
     InstanceReported,
+    TunnelRejected,
+    TunnelRejection,
 )
 from ..store import errors as store_errors
 from ..store import tokens
@@ -64,16 +66,6 @@ class TunnelStatusSource(Protocol):
     """Whether a tunnel is held by a connector now (the edge's connector hub)."""
 
     def status(self, org_id: str, name: str) -> Any: ...
-
-
-class TunnelRejectedError(Exception):
-    """The tunnel an instance names cannot be used; an HTTP status, reason and message."""
-
-    def __init__(self, status: int, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.reason = reason
-        self.message = message
 
 
 __all__ = ["EmptyRegistry", "InstanceService", "NewInstance"]
@@ -257,28 +249,26 @@ class InstanceService:
             return None
         if platform not in (Platform.IOS, Platform.ANDROID):
             message = "spec.tunnel is for iOS and Android instances"
-            raise TunnelRejectedError(422, "tunnel_unsupported", message)
+            raise TunnelRejected(TunnelRejection.UNSUPPORTED, message)
         if not isinstance(name, str) or not name:
-            raise TunnelRejectedError(422, "invalid_body", "spec.tunnel must be a tunnel name")
+            raise TunnelRejected(TunnelRejection.INVALID_NAME, "spec.tunnel must be a tunnel name")
         try:
             tunnel = await self._store.get_tunnel(org_id, name)
         except store_errors.NotFound:
-            raise TunnelRejectedError(
-                404, "tunnel_not_found", f"tunnel {name!r} does not exist in this organization"
+            raise TunnelRejected(
+                TunnelRejection.NOT_FOUND, f"tunnel {name!r} does not exist in this organization"
             ) from None
         if platform is Platform.ANDROID and not android_compatible(
             parse_selectors(tunnel.selectors)
         ):
-            raise TunnelRejectedError(
-                422,
-                "tunnel_selectors",
+            raise TunnelRejected(
+                TunnelRejection.SELECTORS,
                 f"tunnel {name!r} has an exact selector port below 1024, which Android "
                 "instances cannot use: every exact selector port must be 1024 or higher",
             )
         if self._tunnels is None or not self._tunnels.status(org_id, name).online:
-            raise TunnelRejectedError(
-                409,
-                "tunnel_offline",
+            raise TunnelRejected(
+                TunnelRejection.OFFLINE,
                 f"tunnel {name!r} is offline: no connector holds it (a connector that started "
                 "seconds ago can still show offline; retry)",
             )
