@@ -23,6 +23,7 @@ edge's gateway writes it to the shared `Activity`); the hard timeout counts from
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any, Final, NoReturn, Protocol
 
@@ -73,6 +74,10 @@ __all__ = ["EmptyRegistry", "InstanceService", "NewInstance"]
 INSTANCE_TOKEN_PREFIX: Final = "dyi"  # noqa: S105 - a prefix, not a secret
 STREAM_TOKEN_PREFIX: Final = "dys"  # noqa: S105 - a prefix, not a secret
 STOP_GRACE: Final = 10.0  # seconds a host gets to take a stop order
+ORDER_BUFFER: Final = 64  # orders waiting for `run` to hand them out (create waits beyond)
+#: errorMessage of an instance its host no longer runs when it links again
+NOT_ON_HOST_AFTER_RESTART: Final = "the host restarted and no longer runs this device"
+ORDER_LOST_IN_RESTART: Final = "the server restarted before a host took the order"
 
 
 class EmptyRegistry:
@@ -101,6 +106,12 @@ class NewInstance:
     client_ip: str | None = None
     # spec.initialAssets resolved by the API: one entry per file with a download URL
     initial_assets: tuple[dict[str, Any], ...] = ()
+
+
+@attrs.frozen
+class _Delivery:
+    order: InstanceOrder
+    hosts: tuple[str, ...]  # placement's choice, best first
 
 
 @attrs.define
@@ -170,6 +181,10 @@ class InstanceService:
         self._ready: dict[str, trio.Event] = {}
         self._deadlines: dict[str, _Deadlines] = {}
         self._wakeup = trio.Event()
+        # Orders go to hosts from `run`'s nursery (create answers at once, with creating).
+        self._orders, self._order_queue = trio.open_memory_channel[_Delivery](ORDER_BUFFER)
+        self._delivering: dict[str, str] = {}  # instance id -> host its order is on its way to
+        self._ordered_at: dict[str, float] = {}  # instance id -> when its host took the order
 
     def __repr__(self) -> str:
         return f"<InstanceService {len(self._deadlines)} live>"
@@ -181,7 +196,7 @@ class InstanceService:
         spec = normalise_spec(new.spec, organization)
         tunnel = await self._tunnel_for(organization.id, new.platform, spec.get("tunnel"))
         request = _placement_request(new)
-        hosts = self._registry.hosts()
+        hosts = self._hosts()
         try:
             placement = place(self._regions, hosts, request, home=self._home)
         except NoCapacity:
@@ -224,20 +239,53 @@ class InstanceService:
             hard_at=None if hard == 0 else self._clock() + hard,
         )
         self._wakeup.set()
+        self._delivering[instance.id] = placement.hosts[0].id
         try:
-            for host in placement.hosts:
-                try:
-                    await self._registry.start_instance(host.id, order)
-                except HostUnavailableError:
-                    log.info("host %s refused %s; trying the next", host.id, instance.id)
-                    continue
-                return await self._advance(instance.id, LifecycleEvent.ASSIGNED, host_id=host.id)
+            await self._orders.send(_Delivery(order, tuple(h.id for h in placement.hosts)))
         except BaseException:
+            self._unpend(instance.id)
             with trio.CancelScope(shield=True):
                 await self._end(instance.id, TerminationReason.ERROR, "creation interrupted")
             raise
-        await self._end(instance.id, TerminationReason.ERROR, "no host accepted the instance")
-        raise NoCapacity(f"no host accepted the {new.platform.value} instance; retry later")
+        return instance  # creating: the host's acceptance, assigned and ready follow
+
+    async def _deliver(self, delivery: _Delivery) -> None:
+        """Hand *delivery*'s order to the first of its hosts that takes it (assigned), else
+        end the instance. Runs in `run`'s nursery, so a slow host delays nobody's answer."""
+        instance_id = delivery.order.instance_id
+        try:
+            for host_id in delivery.hosts:
+                if instance_id not in self._deadlines:  # ended meanwhile (a delete)
+                    return
+                self._delivering[instance_id] = host_id
+                try:
+                    await self._registry.start_instance(host_id, delivery.order)
+                except HostUnavailableError:
+                    log.info("host %s refused %s; trying the next", host_id, instance_id)
+                    continue
+                self._ordered_at[instance_id] = self._clock()
+                instance = await self._advance(
+                    instance_id, LifecycleEvent.ASSIGNED, host_id=host_id
+                )
+                if not instance.live:  # ended while the order was on its way
+                    with trio.move_on_after(STOP_GRACE):
+                        await self._registry.stop_instance(host_id, instance_id)
+                return
+            await self._end(instance_id, TerminationReason.ERROR, "no host accepted the instance")
+        except store_errors.StoreError:
+            log.exception("could not record where %s went", instance_id)
+        finally:
+            self._unpend(instance_id)
+
+    def _unpend(self, instance_id: str) -> None:
+        self._delivering.pop(instance_id, None)
+
+    def _hosts(self) -> list[HostInfo]:
+        """Connected hosts, counting orders on their way to them as running (placement)."""
+        on_the_way = Counter(self._delivering.values())
+        return [
+            attrs.evolve(h, running=h.running + on_the_way[h.id]) for h in self._registry.hosts()
+        ]
 
     async def _tunnel_for(
         self, org_id: str, platform: Platform, name: object
@@ -279,10 +327,17 @@ class InstanceService:
         }
 
     async def _find_live(self, org_id: str, new: NewInstance, region: str) -> Instance | None:
+        """A live instance to reuse: never one whose host is not linked now (after a restart
+        the store may still hold it live until the host's grace ends or it reconciles)."""
         try:
-            return await self._store.find_live_instance(org_id, new.platform, region, new.labels)
+            found = await self._store.find_live_instance(org_id, new.platform, region, new.labels)
         except store_errors.NotFound:
             return None
+        if found.host_id is not None and found.host_id not in {
+            h.id for h in self._registry.hosts()
+        }:
+            return None
+        return found
 
     async def wait_ready(self, instance_id: str) -> None:
         """Returns once the instance left ``creating``/``assigned`` (or is unknown here).
@@ -323,6 +378,7 @@ class InstanceService:
 
     def _forget(self, instance_id: str) -> None:
         self._deadlines.pop(instance_id, None)
+        self._ordered_at.pop(instance_id, None)
         self._activity.forget(instance_id)
         event = self._ready.pop(instance_id, None)
         if event is not None:
@@ -354,14 +410,44 @@ class InstanceService:
             log.exception("could not handle %r; the next event is handled", event)
 
     async def on_host_registered(self, event: HostRegistered) -> None:
-        await trio.lowlevel.checkpoint()
-        log.info("host %s registered", event.host_id)
+        """Reconcile the store with what the host says it runs: an instance the store holds
+        live there but the host does not run ends (HostLost, with the reason); one the host
+        runs but the store holds ended (or never heard of) is stopped on the host. Orders the
+        host took after it registered are not in its list and are left alone."""
+        if event.instances is None:  # an older host that does not say: nothing to compare
+            await trio.lowlevel.checkpoint()
+            return
+        for instance in await self._store.list_live_instances(host_id=event.host_id):
+            ordered = self._ordered_at.get(instance.id)
+            if instance.id in event.instances or (ordered is not None and ordered >= event.at):
+                continue
+            log.warning("host %s no longer runs %s", event.host_id, instance.id)
+            await self._end(instance.id, TerminationReason.HOST_LOST, NOT_ON_HOST_AFTER_RESTART)
+        for instance_id in sorted(event.instances):
+            try:
+                live = (await self._store.get_instance(instance_id)).live
+            except store_errors.NotFound:
+                live = False
+            if not live:
+                log.warning(
+                    "host %s runs %s, which has ended: stopping it", event.host_id, instance_id
+                )
+                with trio.move_on_after(STOP_GRACE):
+                    await self._registry.stop_instance(event.host_id, instance_id)
 
     async def on_instance_event(self, host_id: str, event: InstanceEvent) -> None:
         try:
             instance = await self._store.get_instance(event.instance_id)
         except store_errors.NotFound:
             log.warning("host %s reported unknown instance %s", host_id, event.instance_id)
+            return
+        if not self._placed_on(instance, host_id):
+            log.warning(
+                "host %s reported %s %s, which is not placed on it: ignored",
+                host_id,
+                event.phase.value,
+                event.instance_id,
+            )
             return
         if event.phase is InstancePhase.READY:
             if instance.state is InstanceState.CREATING:  # READY overtook our own write
@@ -380,6 +466,13 @@ class InstanceService:
         elif instance.live:
             message = event.error_message or f"the instance stopped on host {host_id}"
             await self._end(instance.id, TerminationReason.ERROR, message)
+
+    def _placed_on(self, instance: Instance, host_id: str) -> bool:
+        """Whether *host_id* may report about *instance*: it is placed there, or its order is
+        on its way there (a READY can overtake our ASSIGNED write)."""
+        if instance.host_id is not None:
+            return instance.host_id == host_id
+        return self._delivering.get(instance.id) == host_id
 
     async def on_host_lost(self, host_id: str) -> None:
         for instance in await self._store.list_live_instances(host_id=host_id):
@@ -418,6 +511,10 @@ class InstanceService:
         cancelled."""
         now = self._clock()
         for instance in await self._store.list_live_instances():
+            if instance.state is InstanceState.CREATING and instance.id not in self._delivering:
+                # No host took its order before the server stopped: nobody will.
+                await self._end(instance.id, TerminationReason.ERROR, ORDER_LOST_IN_RESTART)
+                continue
             hard = parse_duration("spec.hardTimeout", instance.spec.get("hardTimeout", "0"))
             inactivity = parse_duration(
                 "spec.inactivityTimeout", instance.spec.get("inactivityTimeout", "0")
@@ -433,9 +530,14 @@ class InstanceService:
         async with trio.open_nursery() as nursery:
             if self._events is not None:
                 nursery.start_soon(self._consume, self._events)
+            nursery.start_soon(self._hand_out, nursery)
             task_status.started()
             await self._timeouts()
         raise AssertionError("unreachable")
+
+    async def _hand_out(self, nursery: trio.Nursery) -> None:
+        async for delivery in self._order_queue:
+            nursery.start_soon(self._deliver, delivery)
 
     async def _consume(self, events: trio.MemoryReceiveChannel[HostEvent]) -> None:
         async with events:
