@@ -30,12 +30,12 @@ from .config import ServerConfig
 from .edge import DEFAULT_HOST_GRACE, HOST_TOKENS_FILE, HostTokens, open_edge
 from .edge.connectors import DEFAULT_QUICK_GRACE, open_connector_hub
 from .edge.gateway import INSTANCES_PREFIX, InstanceGateway
-from .edge.rawlinks import LinkApp, open_raw_listeners, serve_raw_links
+from .edge.rawlinks import RawRoute, open_raw_listeners, serve_raw_links
 from .hosts import EVENT_BUFFER, Activity, HostEvent
 from .store import Store, open_store
 
 if TYPE_CHECKING:
-    from .api.serve import BoundServer
+    from .api.serve import BoundServer, RawASGI
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +136,7 @@ async def _serve(
             home_region=config.region,
         )
         await nursery.start(service.run)
-        links: dict[str, LinkApp] = {HOST_PATH: edge, CONNECTOR_PATH: connectors}
+        links: dict[str, RawASGI] = {HOST_PATH: edge, CONNECTOR_PATH: connectors}
         link_port = None
         raw_link = None
         listeners = None
@@ -147,7 +147,11 @@ async def _serve(
             raw_link = advertised_raw_link(config, link_port)
         gateway = InstanceGateway(edge, directory, raw_link=raw_link)
         if listeners is not None:
-            raw_routes = {**links, INSTANCES_PREFIX: gateway}  # adb only, there
+            raw_routes: dict[str, RawRoute] = {
+                HOST_PATH: edge.serve_upgrade,
+                CONNECTOR_PATH: connectors.serve_upgrade,
+                INSTANCES_PREFIX: gateway.serve_upgrade,  # adb only, there
+            }
             await nursery.start(serve_raw_links, listeners, raw_routes)
         await serve_api(
             store,

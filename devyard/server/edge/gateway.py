@@ -33,12 +33,22 @@ from ...core import (
     OpenError,
     RelayChannel,
     RemoteProtocolError,
+    UpgradeRequest,
     receive_message,
     splice,
 )
 from ..hosts import AccessDenied, HostUnavailableError, InstanceAccess, InstanceDirectory
-from .asgi import ACCESS_REFUSALS, bearer_token, reject_websocket, send_http, send_http_error
-from .asgi_stream import RAW_LINK_EXTENSION, ASGIWebSocketStream, Receive, Send, accept_link_stream
+from .asgi import (
+    ACCESS_REFUSALS,
+    bearer_from,
+    bearer_token,
+    error_body,
+    error_headers,
+    reject_websocket,
+    send_http,
+    send_http_error,
+)
+from .asgi_stream import ASGIWebSocketStream, Receive, Send
 from .links import Edge
 
 log = logging.getLogger(__name__)
@@ -99,14 +109,13 @@ class InstanceGateway:
         elif scope["type"] == "http":
             await self._http(scope, receive, send)
 
-    async def _admit(self, scope: MutableMapping[str, Any]) -> tuple[InstanceAccess, str, str]:
+    async def _admit(self, full_path: str, token: str | None) -> tuple[InstanceAccess, str, str]:
         """(access, endpoint, rest of the path) or _Refused."""
-        path = str(scope["path"])[len(INSTANCES_PREFIX) :]
+        path = full_path[len(INSTANCES_PREFIX) :]
         instance_id, _, tail = path.partition("/")
         endpoint, _, rest = tail.partition("/")
         if not instance_id or not endpoint:
-            raise _Refused(404, "not_found", f"no such endpoint {scope['path']}")
-        token = bearer_token(scope, query=True)
+            raise _Refused(404, "not_found", f"no such endpoint {full_path}")
         if token is None:
             raise _Refused(
                 401,
@@ -138,7 +147,9 @@ class InstanceGateway:
 
     async def _http(self, scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
         try:
-            access, endpoint, rest = await self._admit(scope)
+            access, endpoint, rest = await self._admit(
+                str(scope["path"]), bearer_token(scope, query=True)
+            )
             if endpoint == "watch":
                 if scope["method"] not in ("GET", "HEAD"):
                     raise _Refused(405, "method_not_allowed", "the viewer page takes GET")
@@ -167,39 +178,67 @@ class InstanceGateway:
         first = await receive()
         if first.get("type") != "websocket.connect":
             return
-        raw = RAW_LINK_EXTENSION in scope.get("extensions", {})
         try:
-            access, endpoint, _ = await self._admit(scope)
-            if raw and endpoint != "adb":
-                raise _Refused(
-                    404, "not_found", f"the raw link port serves only adb, not {endpoint}"
-                )
+            access, endpoint, _ = await self._admit(
+                str(scope["path"]), bearer_token(scope, query=True)
+            )
             if endpoint == "endpoint":
                 stream = await self._open(access, "device-stream")
             elif endpoint == "adb":
-                if access.platform != "android":
-                    raise _Refused(400, "bad_request", "ADB is for Android instances")
-                stream = await self._open(access, "adb")
+                stream = await self._open_adb(access)
             else:
                 raise _Refused(404, "not_found", f"no WebSocket endpoint {scope['path']}")
         except _Refused as refused:
             await reject_websocket(scope, send, refused.status, refused.message, refused.reason)
             return
-        if raw:
-            client: trio.abc.Stream = await accept_link_stream(scope, receive, send)
-        else:
-            headers = []
-            if endpoint == "adb" and self._raw_link is not None:  # tell the forwarder
-                headers.append((RAW_LINK_HEADER.encode(), self._raw_link.encode()))
-            await send({"type": "websocket.accept", "headers": headers})
-            client = ASGIWebSocketStream(receive, send)
+        headers = []
+        if endpoint == "adb" and self._raw_link is not None:  # tell the forwarder
+            headers.append((RAW_LINK_HEADER.encode(), self._raw_link.encode()))
+        await send({"type": "websocket.accept", "headers": headers})
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._keep_touching, access.instance_id)
             try:
                 if endpoint == "endpoint":
                     await _relay(stream, receive, send)
                 else:
-                    await splice(client, stream)
+                    await splice(ASGIWebSocketStream(receive, send), stream)
+            finally:
+                nursery.cancel_scope.cancel()
+
+    async def _open_adb(self, access: InstanceAccess) -> MuxStream:
+        if access.platform != "android":
+            raise _Refused(400, "bad_request", "ADB is for Android instances")
+        return await self._open(access, "adb")
+
+    # ---- the raw link port: adb only ----------------------------------------------------
+
+    async def serve_upgrade(self, upgrade: UpgradeRequest) -> None:
+        """``adb`` on the raw link port: the same checks, then ADB bytes on the bare socket."""
+        query = upgrade.target.partition("?")[2].encode("latin-1")
+        try:
+            access, endpoint, _ = await self._admit(
+                upgrade.path, bearer_from(upgrade.headers, query)
+            )
+            if endpoint != "adb":
+                raise _Refused(
+                    404, "not_found", f"the raw link port serves only adb, not {endpoint}"
+                )
+            stream = await self._open_adb(access)
+        except _Refused as refused:
+            body = error_body(refused.message, refused.reason)
+            headers = error_headers(refused.status, body)
+            headers = [(k, v) for k, v in headers if k != b"content-length"]
+            await upgrade.reject(refused.status, body, headers)
+            return
+        try:
+            client = await upgrade.accept()
+        except BaseException:
+            await trio.aclose_forcefully(stream)
+            raise
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._keep_touching, access.instance_id)
+            try:
+                await splice(client, stream)
             finally:
                 nursery.cancel_scope.cancel()
 

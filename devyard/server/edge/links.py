@@ -30,18 +30,17 @@ import trio
 
 from ...core import (
     ControlChannel,
-    GoAwayCode,
     MuxStream,
     RemoteProtocolError,
     Session,
     SessionBrokenError,
     SessionGoneAwayError,
-    open_session,
+    UpgradeRequest,
     read_open,
     reject_open,
     request_open,
 )
-from ...core.link import HELLO_TIMEOUT, PROTO
+from ...core.link import PROTO
 from ..hosts import (
     HostEvent,
     HostInfo,
@@ -55,8 +54,8 @@ from ..hosts import (
     InstanceReported,
 )
 from ..tunnels import TunnelConnections
-from .asgi import bearer_token, reject_websocket
-from .asgi_stream import Receive, Send, accept_link_stream
+from ._route import LinkRequest, Refusal, refuse_hello, serve_asgi_link, serve_upgraded_link
+from .asgi_stream import Receive, Send
 from .egress import serve_egress
 from .tokens import HostTokens
 
@@ -165,79 +164,68 @@ class Edge:
             raise
         return stream
 
-    # ---- the ASGI route -------------------------------------------------------------------
+    # ---- the link route (`_route.LinkRoute`) ----------------------------------------------
 
     async def __call__(self, scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
-        if scope.get("type") != "websocket":
-            raise RuntimeError("the host link route takes websocket connections only")
-        first = await receive()
-        if first.get("type") != "websocket.connect":
-            return
-        host_id = await self._authenticate(scope)
-        if host_id is None:
-            await reject_websocket(scope, send, 401, "invalid host token", "unauthorized")
-            return
-        stream = await accept_link_stream(scope, receive, send)
-        try:
-            await self._serve_link(host_id, stream)
-        except* (trio.BrokenResourceError, trio.ClosedResourceError, trio.EndOfChannel):
-            log.info("host %s: link lost", host_id)
-        finally:
-            await trio.aclose_forcefully(stream)
+        await serve_asgi_link(self, scope, receive, send)
 
-    async def _authenticate(self, scope: MutableMapping[str, Any]) -> str | None:
-        token = bearer_token(scope)
-        if not token:
+    async def serve_upgrade(self, upgrade: UpgradeRequest) -> None:
+        """The route on the raw link port."""
+        await serve_upgraded_link(self, upgrade)
+
+    async def authenticate(self, request: LinkRequest) -> str:
+        """The host id a host token opens (`Refusal` 401 otherwise)."""
+        host_id = None
+        if request.token:
+            host_id = await trio.to_thread.run_sync(self._tokens.verify, request.token)
+        else:
             await trio.lowlevel.checkpoint()
-            return None
-        return await trio.to_thread.run_sync(self._tokens.verify, token)
+        if host_id is None:
+            raise Refusal(401, "unauthorized", "invalid host token")
+        return host_id
 
-    async def _serve_link(self, host_id: str, stream: trio.abc.Stream) -> None:
-        async with open_session(stream, client=False) as session:
-            with trio.fail_after(HELLO_TIMEOUT):
-                control = ControlChannel(await session.accept_stream())
-                hello = await control.receive()
-            try:
-                info = _host_info(host_id, hello)
-            except _HelloError as exc:
-                await control.send(
-                    {"type": "error", "code": "bad-hello", "message": str(exc), "permanent": True}
-                )
-                await session.aclose(GoAwayCode.PROTOCOL_ERROR)
-                return
-            previous = self._links.get(host_id)
-            if previous is not None:  # the same host again: the new link replaces the old
-                previous.closed.set()
-            scope = self._grace_scopes.pop(host_id, None)
-            if scope is not None:
-                scope.cancel()
-            instances = hello.get("instances")
-            reported = frozenset(str(i) for i in instances) if isinstance(instances, list) else None
-            link = _Link(
-                host_id=host_id,
-                session=session,
-                control=control,
-                info=info,
-                running=set(reported or ()),
-            )
-            self._links[host_id] = link
-            log.info("host %s (%s, %s) registered", host_id, info.name, info.region)
-            try:
-                await self._events.send(HostRegistered(host_id, reported, trio.current_time()))
-                await control.send({"type": "registered", "host_id": host_id})
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._receive_loop, link, nursery.cancel_scope)
-                    nursery.start_soon(self._accept_streams, link)
+    async def serve(
+        self, host_id: str, session: Session, control: ControlChannel, hello: dict[str, Any]
+    ) -> None:
+        """Register the host and serve its link until it ends or a new link replaces it."""
+        try:
+            info = _host_info(host_id, hello)
+        except _HelloError as exc:
+            await refuse_hello(session, control, "bad-hello", str(exc))
+            return
+        previous = self._links.get(host_id)
+        if previous is not None:  # the same host again: the new link replaces the old
+            previous.closed.set()
+        scope = self._grace_scopes.pop(host_id, None)
+        if scope is not None:
+            scope.cancel()
+        instances = hello.get("instances")
+        reported = frozenset(str(i) for i in instances) if isinstance(instances, list) else None
+        link = _Link(
+            host_id=host_id,
+            session=session,
+            control=control,
+            info=info,
+            running=set(reported or ()),
+        )
+        self._links[host_id] = link
+        log.info("host %s (%s, %s) registered", host_id, info.name, info.region)
+        try:
+            await self._events.send(HostRegistered(host_id, reported, trio.current_time()))
+            await control.send({"type": "registered", "host_id": host_id})
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._receive_loop, link, nursery.cancel_scope)
+                nursery.start_soon(self._accept_streams, link)
 
-                    async def _replaced() -> None:
-                        await link.closed.wait()
-                        nursery.cancel_scope.cancel()
+                async def _replaced() -> None:
+                    await link.closed.wait()
+                    nursery.cancel_scope.cancel()
 
-                    nursery.start_soon(_replaced)
-            finally:
-                if self._links.get(host_id) is link:
-                    del self._links[host_id]
-                    self._start_grace(host_id)
+                nursery.start_soon(_replaced)
+        finally:
+            if self._links.get(host_id) is link:
+                del self._links[host_id]
+                self._start_grace(host_id)
 
     async def _accept_streams(self, link: _Link) -> None:
         """Streams the host opens: ``egress`` (docs/protocol.md 6), served in their own tasks."""

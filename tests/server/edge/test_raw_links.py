@@ -246,6 +246,6 @@ async def test_a_link_that_never_says_hello_ends_alone(
 ) -> None:
     """An error inside a route (here the hello timeout) ends that connection only, as Hypercorn
     does for the WebSocket route: the listener and the server go on."""
-    monkeypatch.setattr("devyard.server.edge.links.HELLO_TIMEOUT", 0.2)
+    monkeypatch.setattr("devyard.server.edge._route.HELLO_TIMEOUT", 0.2)
     async with open_raw_server(tmp_path, "tcp", monkeypatch) as raw:
         await _misbehave_then_link_a_real_host(raw, b"")  # silent: the edge gives up on it
