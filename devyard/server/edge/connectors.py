@@ -70,6 +70,7 @@ from .asgi_stream import Receive, Send
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "DEFAULT_MAX_CONNECTORS",
     "DEFAULT_QUICK_GRACE",
     "ConnectorHub",
     "TunnelDialError",
@@ -79,6 +80,7 @@ __all__ = [
 ]
 
 DEFAULT_QUICK_GRACE: Final = 600.0
+DEFAULT_MAX_CONNECTORS: Final = 8
 _CLOSE_GRACE: Final = 2.0
 _SEND_BOUND: Final = 5.0  # seconds a connector gets to take a config or promote message
 _DAY: Final = 86400.0
@@ -161,11 +163,15 @@ class ConnectorHub:
         nursery: trio.Nursery,
         *,
         quick_grace: float = DEFAULT_QUICK_GRACE,
+        max_connectors: int = DEFAULT_MAX_CONNECTORS,
         now: Callable[[], datetime] = utc_now,
     ) -> None:
+        """*max_connectors*: connector links one tunnel may hold (active and standbys); one
+        more is refused before the upgrade (429, ``too-many-connectors``; it retries)."""
         self._directory = directory
         self._nursery = nursery
         self.quick_grace = quick_grace
+        self._max_connectors = max_connectors
         self._now = now
         self._tunnels: dict[str, _Tunnel] = {}  # by tunnel id
         self._by_name: dict[tuple[str, str], str] = {}  # (org id, name) -> tunnel id
@@ -312,11 +318,19 @@ class ConnectorHub:
         """The tunnel a tunnel token opens (`Refusal` 401, reason ``token-invalid`` or
         ``token-expired``, so a connector exits with the right code without a session)."""
         try:
-            return await self._directory.authenticate(request.token or "")
+            tunnel = await self._directory.authenticate(request.token or "")
         except TokenExpired:
             raise Refusal(401, "token-expired", "the tunnel token expired") from None
         except TokenInvalid:
             raise Refusal(401, "token-invalid", "invalid tunnel token") from None
+        entry = self._tunnels.get(tunnel.id)
+        if entry is not None and len(entry.connectors()) >= self._max_connectors:
+            raise Refusal(
+                429,
+                "too-many-connectors",
+                f"tunnel {tunnel.name!r} already has {self._max_connectors} connectors",
+            )
+        return tunnel
 
     async def serve(
         self, tunnel: Tunnel, session: Session, control: ControlChannel, hello: dict[str, Any]
@@ -527,9 +541,14 @@ async def _send_quietly(connector: _Connector, message: dict[str, Any]) -> None:
 
 @asynccontextmanager
 async def open_connector_hub(
-    directory: TunnelDirectory, *, quick_grace: float = DEFAULT_QUICK_GRACE
+    directory: TunnelDirectory,
+    *,
+    quick_grace: float = DEFAULT_QUICK_GRACE,
+    max_connectors: int = DEFAULT_MAX_CONNECTORS,
 ) -> AsyncIterator[ConnectorHub]:
     """The hub for the duration of the block (its quick-tunnel timers end with it)."""
     async with trio.open_nursery() as nursery:
-        yield ConnectorHub(directory, nursery, quick_grace=quick_grace)
+        yield ConnectorHub(
+            directory, nursery, quick_grace=quick_grace, max_connectors=max_connectors
+        )
         nursery.cancel_scope.cancel()

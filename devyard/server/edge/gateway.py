@@ -21,9 +21,10 @@ request, and every ``_TOUCH_EVERY_S`` while a WebSocket is open.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.resources
 import logging
-from collections.abc import MutableMapping
+from collections.abc import Iterator, MutableMapping
 from typing import Any, Final
 
 import trio
@@ -53,11 +54,12 @@ from .links import Edge
 
 log = logging.getLogger(__name__)
 
-__all__ = ["INSTANCES_PREFIX", "RAW_LINK_HEADER", "InstanceGateway"]
+__all__ = ["DEFAULT_MAX_STREAMS", "INSTANCES_PREFIX", "RAW_LINK_HEADER", "InstanceGateway"]
 
 INSTANCES_PREFIX: Final = "/v1/instances/"
 #: Response header of the ``adb`` WebSocket upgrade: the raw link port's URL, when it is open.
 RAW_LINK_HEADER: Final = "x-devyard-raw-link"
+DEFAULT_MAX_STREAMS: Final = 16
 _TOUCH_EVERY_S: Final = 10.0
 _CHUNK: Final = 256 * 1024
 _FULL_TOKEN_ONLY: Final = frozenset({"api", "adb"})
@@ -91,14 +93,23 @@ class InstanceGateway:
     """Raw ASGI app for the ``/v1/instances/`` prefix (HTTP and WebSocket)."""
 
     def __init__(
-        self, edge: Edge, directory: InstanceDirectory, *, raw_link: str | None = None
+        self,
+        edge: Edge,
+        directory: InstanceDirectory,
+        *,
+        raw_link: str | None = None,
+        max_streams: int = DEFAULT_MAX_STREAMS,
     ) -> None:
         """*raw_link*: ``tcp://HOST:PORT`` (or ``tls://``) of the raw link port that the adb
-        WebSocket names to clients, when there is one clients can reach."""
+        WebSocket names to clients, when there is one clients can reach. *max_streams*: open
+        WebSockets (and raw adb connections) one instance may have; one more is refused
+        (429, ``too_many_streams``)."""
         self.edge = edge
         self.directory = directory
         self._viewer = _viewer_page()
         self._raw_link = raw_link
+        self._max_streams = max_streams
+        self._open_streams: dict[str, int] = {}
 
     def __repr__(self) -> str:
         return f"InstanceGateway({self.edge!r})"
@@ -182,6 +193,7 @@ class InstanceGateway:
             access, endpoint, _ = await self._admit(
                 str(scope["path"]), bearer_token(scope, query=True)
             )
+            self._check_room(access)
             if endpoint == "endpoint":
                 stream = await self._open(access, "device-stream")
             elif endpoint == "adb":
@@ -194,16 +206,37 @@ class InstanceGateway:
         headers = []
         if endpoint == "adb" and self._raw_link is not None:  # tell the forwarder
             headers.append((RAW_LINK_HEADER.encode(), self._raw_link.encode()))
-        await send({"type": "websocket.accept", "headers": headers})
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._keep_touching, access.instance_id)
-            try:
-                if endpoint == "endpoint":
-                    await _relay(stream, receive, send)
-                else:
-                    await splice(ASGIWebSocketStream(receive, send), stream)
-            finally:
-                nursery.cancel_scope.cancel()
+        with self._counted(access.instance_id):
+            await send({"type": "websocket.accept", "headers": headers})
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._keep_touching, access.instance_id)
+                try:
+                    if endpoint == "endpoint":
+                        await _relay(stream, receive, send)
+                    else:
+                        await splice(ASGIWebSocketStream(receive, send), stream)
+                finally:
+                    nursery.cancel_scope.cancel()
+
+    def _check_room(self, access: InstanceAccess) -> None:
+        if self._open_streams.get(access.instance_id, 0) >= self._max_streams:
+            raise _Refused(
+                429,
+                "too_many_streams",
+                f"instance {access.instance_id} has {self._max_streams} open streams already",
+            )
+
+    @contextlib.contextmanager
+    def _counted(self, instance_id: str) -> Iterator[None]:
+        self._open_streams[instance_id] = self._open_streams.get(instance_id, 0) + 1
+        try:
+            yield
+        finally:
+            left = self._open_streams[instance_id] - 1
+            if left:
+                self._open_streams[instance_id] = left
+            else:
+                del self._open_streams[instance_id]
 
     async def _open_adb(self, access: InstanceAccess) -> MuxStream:
         if access.platform != "android":
@@ -223,6 +256,7 @@ class InstanceGateway:
                 raise _Refused(
                     404, "not_found", f"the raw link port serves only adb, not {endpoint}"
                 )
+            self._check_room(access)
             stream = await self._open_adb(access)
         except _Refused as refused:
             body = error_body(refused.message, refused.reason)
@@ -230,17 +264,18 @@ class InstanceGateway:
             headers = [(k, v) for k, v in headers if k != b"content-length"]
             await upgrade.reject(refused.status, body, headers)
             return
-        try:
-            client = await upgrade.accept()
-        except BaseException:
-            await trio.aclose_forcefully(stream)
-            raise
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._keep_touching, access.instance_id)
+        with self._counted(access.instance_id):
             try:
-                await splice(client, stream)
-            finally:
-                nursery.cancel_scope.cancel()
+                client = await upgrade.accept()
+            except BaseException:
+                await trio.aclose_forcefully(stream)
+                raise
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._keep_touching, access.instance_id)
+                try:
+                    await splice(client, stream)
+                finally:
+                    nursery.cancel_scope.cancel()
 
     async def _keep_touching(self, instance_id: str) -> None:
         while True:
