@@ -65,6 +65,8 @@ __all__ = ["DEFAULT_HOST_GRACE", "Edge", "open_edge"]
 
 DEFAULT_HOST_GRACE: Final = 30.0
 _OPEN_TIMEOUT: Final = 10.0
+_MAX_ID: Final = 200  # characters of an instance id a host may report
+_MAX_ERROR: Final = 2000  # characters of an error message a host may report
 
 
 class _HelloError(Exception):
@@ -266,13 +268,14 @@ class Edge:
         done.cancel()
 
     async def _on_event(self, link: _Link, message: dict[str, Any]) -> None:
+        error_message = message.get("error_message")
         try:
             event = InstanceEvent(
-                instance_id=str(message["instance_id"]),
+                instance_id=str(message["instance_id"])[:_MAX_ID],
                 phase=InstancePhase(message["phase"]),
-                error_message=message.get("error_message"),
+                error_message=None if error_message is None else str(error_message)[:_MAX_ERROR],
             )
-        except (KeyError, ValueError):
+        except (KeyError, TypeError, ValueError):
             log.warning("host %s: malformed instance_event", link.host_id)
             return
         if event.phase is InstancePhase.TERMINATED:

@@ -408,6 +408,8 @@ class InstanceService:
                 await self.on_host_registered(event)
         except store_errors.StoreError:
             log.exception("could not handle %r; the next event is handled", event)
+        except Exception:  # a bug with one event ends its handling, not the service
+            log.exception("handling %r failed; the next event is handled", event)
 
     async def on_host_registered(self, event: HostRegistered) -> None:
         """Reconcile the store with what the host says it runs: an instance the store holds
