@@ -438,12 +438,15 @@ class InstanceService:
                     await self._registry.stop_instance(event.host_id, instance_id)
 
     async def on_instance_event(self, host_id: str, event: InstanceEvent) -> None:
+        # Where its order is going, read before the row: a delivery that completes meanwhile
+        # has written the host into the row by the time the row is read.
+        delivering = self._delivering.get(event.instance_id)
         try:
             instance = await self._store.get_instance(event.instance_id)
         except store_errors.NotFound:
             log.warning("host %s reported unknown instance %s", host_id, event.instance_id)
             return
-        if not self._placed_on(instance, host_id):
+        if not _placed_on(instance, delivering, host_id):
             log.warning(
                 "host %s reported %s %s, which is not placed on it: ignored",
                 host_id,
@@ -468,13 +471,6 @@ class InstanceService:
         elif instance.live:
             message = event.error_message or f"the instance stopped on host {host_id}"
             await self._end(instance.id, TerminationReason.ERROR, message)
-
-    def _placed_on(self, instance: Instance, host_id: str) -> bool:
-        """Whether *host_id* may report about *instance*: it is placed there, or its order is
-        on its way there (a READY can overtake our ASSIGNED write)."""
-        if instance.host_id is not None:
-            return instance.host_id == host_id
-        return self._delivering.get(instance.id) == host_id
 
     async def on_host_lost(self, host_id: str) -> None:
         for instance in await self._store.list_live_instances(host_id=host_id):
@@ -560,6 +556,14 @@ class InstanceService:
                 continue
             with trio.move_on_at(earliest):
                 await self._wakeup.wait()
+
+
+def _placed_on(instance: Instance, delivering: str | None, host_id: str) -> bool:
+    """Whether *host_id* may report about *instance*: it is placed there, or its order is on
+    its way there (*delivering*; a READY can overtake our ASSIGNED write)."""
+    if instance.host_id is not None:
+        return instance.host_id == host_id
+    return delivering == host_id
 
 
 def _os_version(spec: dict[str, Any]) -> str | None:
