@@ -107,7 +107,7 @@ class TunnelDialError(Exception):
 
 
 class TunnelDirectory(Protocol):
-    """What the hub needs of the tunnels service."""
+    """What the hub asks of the store (`devyard.server.tunnels.StoreTunnelDirectory`)."""
 
     async def authenticate(self, token: str) -> Tunnel: ...
 
