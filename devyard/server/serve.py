@@ -102,6 +102,7 @@ async def _serve(
     task_status: trio.TaskStatus[BoundServer] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """The API and the edge over an open store, on one port."""
+    from .api.app import api_state  # noqa: PLC0415 - the web stack loads only to serve
     from .api.serve import serve_api  # noqa: PLC0415 - the web stack loads only to serve
     from .instances import InstanceService  # noqa: PLC0415 - loads only to serve
     from .tunnels import TunnelService  # noqa: PLC0415 - loads only to serve
@@ -139,16 +140,18 @@ async def _serve(
                 )
                 gateway.raw_link = advertised_raw_link(config, link_port)
             await serve_api(
-                store,
-                config,
+                api_state(
+                    store,
+                    config,
+                    instances=service,
+                    tunnels=tunnel_service,
+                    hosts=edge,
+                    connectors=connectors,
+                ),
                 shutdown_trigger=shutdown_trigger,
                 websockets=dict(links),
                 link_port=link_port,
                 prefixes={INSTANCES_PREFIX: gateway},
-                hosts=edge,
-                instance_service=service,
-                tunnel_service=tunnel_service,
-                tunnels=connectors,
                 task_status=task_status,
             )
             nursery.cancel_scope.cancel()

@@ -6,7 +6,15 @@ from __future__ import annotations
 from .base import BlobNotFound, BlobStore, BlobTooLarge, WrittenBlob
 from .http import BlobEndpoint, BlobRoutes
 from .local import LocalBlobStore
-from .service import MAX_ASSET_BYTES, SWEEP_INTERVAL, URL_TTL, AssetBlobs, SignedUrls
+from .service import (
+    MAX_ASSET_BYTES,
+    SWEEP_INTERVAL,
+    URL_TTL,
+    AssetBlobs,
+    InitialAssetError,
+    InitialAssetProblem,
+    SignedUrls,
+)
 from .signing import BLOB_PATH_PREFIX, Operation, UrlSigner, load_signing_key
 
 __all__ = [
@@ -20,6 +28,8 @@ __all__ = [
     "BlobRoutes",
     "BlobStore",
     "BlobTooLarge",
+    "InitialAssetError",
+    "InitialAssetProblem",
     "LocalBlobStore",
     "Operation",
     "SignedUrls",

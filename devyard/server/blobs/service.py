@@ -10,14 +10,18 @@ A crash between the switch and the delete leaves an unreferenced file, never a w
 
 Expired assets (ttl) are removed by `run_sweeper`: every `SWEEP_INTERVAL` it deletes the rows
 whose ``expires_at`` has passed and then their blobs.
+
+`resolve_initial_assets` turns an instance's ``spec.initialAssets`` into what a host
+installs: one entry per file, each with a URL the host downloads without a key.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterable, Callable
-from typing import Final
+from collections.abc import AsyncGenerator, AsyncIterable, Callable, Mapping
+from typing import Any, Final
 
 import attrs
 import trio
@@ -28,13 +32,47 @@ from ..store.ids import new_ulid
 from .base import BlobNotFound, BlobStore
 from .signing import Operation, UrlSigner
 
-__all__ = ["MAX_ASSET_BYTES", "SWEEP_INTERVAL", "URL_TTL", "AssetBlobs", "SignedUrls"]
+__all__ = [
+    "MAX_ASSET_BYTES",
+    "SWEEP_INTERVAL",
+    "URL_TTL",
+    "AssetBlobs",
+    "InitialAssetError",
+    "InitialAssetProblem",
+    "SignedUrls",
+]
 
 log = logging.getLogger(__name__)
 
 URL_TTL: Final = 3600  # seconds a signed URL stays valid (checked when a request starts)
 MAX_ASSET_BYTES: Final = 16 * 1024**3
 SWEEP_INTERVAL: Final = 60.0
+
+
+class InitialAssetProblem(enum.Enum):
+    MISSING_FIELD = "missing_field"  # a source without its field (the document requires it)
+    NOT_FOUND = "not_found"  # no such asset in the organization
+    NO_BYTES = "no_bytes"  # the asset exists but nothing was uploaded yet
+    WRONG_PLATFORM = "wrong_platform"  # an asset for the other platform
+    NOT_INSTALLABLE = "not_installable"  # an instance that installs no apps (xcode, gradle)
+
+
+class InitialAssetError(Exception):
+    """``spec.initialAssets`` names something a host cannot install; the message names it."""
+
+    def __init__(self, problem: InitialAssetProblem, message: str) -> None:
+        super().__init__(message)
+        self.problem = problem
+        self.message = message
+
+
+_SOURCE_FIELDS: Final = {
+    "AssetName": "assetName",
+    "AssetNames": "assetNames",
+    "AssetIDs": "assetIds",
+    "URL": "url",
+    "URLs": "urls",
+}
 
 
 @attrs.frozen
@@ -111,6 +149,76 @@ class AssetBlobs:
         if asset.blob_key is not None:
             await self.blobs.delete(asset.blob_key)
         return asset
+
+    # -- spec.initialAssets (docs/assets.md "Initial apps") -----------------------------------
+    async def resolve_initial_assets(
+        self, org_id: str, platform: str, spec: Mapping[str, Any], *, base_url: str
+    ) -> tuple[dict[str, Any], ...]:
+        """What a host installs for ``spec.initialAssets``: one entry per file, in order,
+        each with a URL it can download without a key (signed, under *base_url*, for assets).
+        `InitialAssetError` names the first entry a host could not install."""
+        entries = spec.get("initialAssets") or []
+        if entries and platform not in ("ios", "android"):
+            raise InitialAssetError(
+                InitialAssetProblem.NOT_INSTALLABLE,
+                "spec.initialAssets: only ios and android instances install apps",
+            )
+        resolved: list[dict[str, Any]] = []
+        for index, entry in enumerate(entries):
+            source = str(entry["source"])
+            field = _SOURCE_FIELDS[source]
+            value = entry.get(field)
+            if not value:
+                raise InitialAssetError(
+                    InitialAssetProblem.MISSING_FIELD,
+                    f"spec.initialAssets[{index}].{field} is required for {source}",
+                )
+            values = list(value) if isinstance(value, list) else [value]
+            common = {
+                "kind": entry["kind"],
+                "launchMode": entry.get("launchMode"),
+                "forceBundleId": entry.get("forceBundleId"),
+            }
+            for item in values:
+                if source in ("URL", "URLs"):
+                    resolved.append({**common, "name": str(item), "url": str(item), "md5": None})
+                    continue
+                asset = await (
+                    self._asset_for(org_id, asset_id=str(item))
+                    if source == "AssetIDs"
+                    else self._asset_for(org_id, name=str(item))
+                )
+                if asset.md5 is None:
+                    raise InitialAssetError(
+                        InitialAssetProblem.NO_BYTES,
+                        f"spec.initialAssets: asset {asset.name!r} has no bytes yet",
+                    )
+                if asset.os is not None and asset.os != platform:
+                    raise InitialAssetError(
+                        InitialAssetProblem.WRONG_PLATFORM,
+                        f"spec.initialAssets: asset {asset.name!r} is for {asset.os},"
+                        f" not {platform}",
+                    )
+                url = self.signed_url(base_url, Operation.DOWNLOAD, asset.id)
+                resolved.append({**common, "name": asset.name, "url": url, "md5": asset.md5})
+        return tuple(resolved)
+
+    async def _asset_for(
+        self, org_id: str, *, name: str | None = None, asset_id: str | None = None
+    ) -> Asset:
+        what = f"asset {name!r}" if name is not None else f"asset id {asset_id!r}"
+        missing = InitialAssetError(
+            InitialAssetProblem.NOT_FOUND, f"spec.initialAssets: {what} not found"
+        )
+        try:
+            if asset_id is not None:
+                return await self.store.get_asset(asset_id, org_id=org_id)
+            found = await self.store.list_assets(org_id, name=name, limit=1)
+        except store_errors.NotFound:
+            raise missing from None
+        if not found:
+            raise missing
+        return found[0]
 
     # -- expiry -----------------------------------------------------------------------------
     async def sweep_once(self) -> int:
