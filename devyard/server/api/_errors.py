@@ -17,7 +17,8 @@ that shape:
     ├── Unprocessable              422  unprocessable       well-formed but semantically rejected
     ├── RateLimited                429  rate_limited        carries Retry-After
     ├── InternalError              500  internal_error
-    └── Unavailable                503  unavailable         carries Retry-After when known
+    ├── Unavailable                503  unavailable         carries Retry-After when known
+    └── InsufficientStorage        507  insufficient_storage  the blob store is full
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import ClassVar, Final
 from quart import Quart, Response, jsonify, request
 from werkzeug.exceptions import HTTPException
 
+from ..blobs import BlobStoreError, BlobStoreFull
 from ..store import errors as store_errors
 
 log = logging.getLogger(__name__)
@@ -38,6 +40,7 @@ __all__ = [
     "BadRequest",
     "Conflict",
     "Forbidden",
+    "InsufficientStorage",
     "InternalError",
     "MethodNotAllowed",
     "NotFound",
@@ -46,6 +49,7 @@ __all__ = [
     "Unauthorized",
     "Unavailable",
     "Unprocessable",
+    "from_blob_error",
     "from_store_error",
     "install_error_handlers",
 ]
@@ -155,6 +159,11 @@ class Unavailable(APIError):
         return {"Retry-After": str(max(1, math.ceil(self.retry_after)))}
 
 
+class InsufficientStorage(APIError):
+    status = 507
+    default_reason = "insufficient_storage"
+
+
 # The framework raises werkzeug HTTPExceptions for what happens before a handler runs.
 _FROM_HTTP: Final[dict[int, type[APIError]]] = {
     400: BadRequest,
@@ -199,6 +208,13 @@ def from_store_error(exc: store_errors.StoreError) -> APIError:
     return InternalError("internal error")
 
 
+def from_blob_error(exc: BlobStoreError) -> APIError:
+    """The API's answer to a blob-store failure: full is 507, anything else 503."""
+    if isinstance(exc, BlobStoreFull):
+        return InsufficientStorage("no room left in the blob store")
+    return Unavailable("the blob store is unavailable; retry later", retry_after=5.0)
+
+
 def _respond(error: APIError) -> Response:
     response = jsonify(error.body())
     response.status_code = error.status
@@ -224,6 +240,11 @@ def install_error_handlers(app: Quart) -> None:
         if isinstance(api_error, (InternalError, Unavailable)):
             log.error("store error in %s %s: %r", request.method, request.path, error)
         return _respond(api_error)
+
+    @app.errorhandler(BlobStoreError)
+    async def _blob_error(error: BlobStoreError) -> Response:
+        log.warning("blob store error in %s %s: %s", request.method, request.path, error)
+        return _respond(from_blob_error(error))
 
     @app.errorhandler(Exception)
     async def _unexpected(error: Exception) -> Response:

@@ -8,8 +8,15 @@ md5) in place, two concurrent uploads cannot leave a row whose md5 describes the
 bytes, and a download that opened the old file keeps reading it (POSIX unlink semantics).
 A crash between the switch and the delete leaves an unreferenced file, never a wrong one.
 
+Deleting an asset removes its bytes *first*, then the row, so every step can be retried: a
+blob-store failure leaves the row (and the client's retry finishes the job), a crash after the
+blob went leaves a row whose retry deletes a missing blob (fine) and then the row. Bytes that
+no row names (a crash between a write and the switch, an upload that switched a row while it
+was being deleted) are orphans; the sweep removes those older than `ORPHAN_GRACE`, which is
+far longer than the moment between a finished write and its row switch.
+
 Expired assets (ttl) are removed by `run_sweeper`: every `SWEEP_INTERVAL` it deletes the rows
-whose ``expires_at`` has passed and then their blobs.
+whose ``expires_at`` has passed with their blobs, then the orphaned blobs.
 
 `resolve_initial_assets` turns an instance's ``spec.initialAssets`` into what a host
 installs: one entry per file, each with a URL the host downloads without a key.
@@ -29,11 +36,12 @@ import trio
 from ..store import errors as store_errors
 from ..store.base import Asset, Store
 from ..store.ids import new_ulid
-from .base import BlobNotFound, BlobStore
+from .base import BlobNotFound, BlobStore, BlobStoreError
 from .signing import Operation, UrlSigner
 
 __all__ = [
     "MAX_ASSET_BYTES",
+    "ORPHAN_GRACE",
     "SWEEP_INTERVAL",
     "URL_TTL",
     "AssetBlobs",
@@ -47,6 +55,7 @@ log = logging.getLogger(__name__)
 URL_TTL: Final = 3600  # seconds a signed URL stays valid (checked when a request starts)
 MAX_ASSET_BYTES: Final = 16 * 1024**3
 SWEEP_INTERVAL: Final = 60.0
+ORPHAN_GRACE: Final = 3600.0  # seconds an unnamed blob is left alone (a row switch is ms)
 
 
 class InitialAssetProblem(enum.Enum):
@@ -90,6 +99,7 @@ class AssetBlobs:
         *,
         max_size: int = MAX_ASSET_BYTES,
         url_ttl: int = URL_TTL,
+        orphan_grace: float = ORPHAN_GRACE,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
@@ -97,6 +107,7 @@ class AssetBlobs:
         self.signer = signer
         self.max_size = max_size
         self.url_ttl = url_ttl
+        self.orphan_grace = orphan_grace
         self.wall_clock = wall_clock
         self._sweeper: trio.CancelScope | None = None
 
@@ -134,7 +145,7 @@ class AssetBlobs:
                 await self.blobs.delete(key)
             raise
         if previous is not None:
-            await self.blobs.delete(previous)
+            await self._delete_quietly(previous)  # the upload succeeded; the sweep retries
         return asset
 
     async def download(self, asset_id: str) -> tuple[Asset, AsyncGenerator[bytes, None]]:
@@ -145,10 +156,22 @@ class AssetBlobs:
         return asset, self.blobs.read(asset.blob_key)
 
     async def delete(self, org_id: str, asset_id: str) -> Asset:
-        asset = await self.store.delete_asset(org_id, asset_id)
+        """The bytes, then the row (see the module's theory): NotFound (store) when there is
+        no such asset, `BlobStoreError` with the row kept when the bytes could not go."""
+        asset = await self.store.get_asset(asset_id, org_id=org_id)
         if asset.blob_key is not None:
             await self.blobs.delete(asset.blob_key)
-        return asset
+        deleted = await self.store.delete_asset(org_id, asset_id)
+        if deleted.blob_key is not None and deleted.blob_key != asset.blob_key:
+            await self._delete_quietly(deleted.blob_key)  # uploaded meanwhile
+        return deleted
+
+    async def _delete_quietly(self, key: str) -> None:
+        """Delete bytes no row names any more; a failure leaves an orphan for the sweep."""
+        try:
+            await self.blobs.delete(key)
+        except BlobStoreError as exc:
+            log.warning("could not delete blob %s, the sweep will: %s", key, exc)
 
     # -- spec.initialAssets (docs/assets.md "Initial apps") -----------------------------------
     async def resolve_initial_assets(
@@ -235,6 +258,25 @@ class AssetBlobs:
             log.info("removed %d expired asset(s)", deleted)
         return deleted
 
+    async def sweep_orphans(self) -> int:
+        """Delete the blobs no asset row names, older than ``orphan_grace``; how many."""
+        cutoff = self.wall_clock() - self.orphan_grace
+        removed = 0
+        for blob in await self.blobs.list_blobs():
+            if blob.modified > cutoff:
+                continue  # maybe a write whose row switch is under way
+            asset_id = blob.key.partition(".")[0]  # keys are "<asset id>.<ulid>"
+            try:
+                named = (await self.store.get_asset(asset_id)).blob_key == blob.key
+            except store_errors.NotFound:
+                named = False
+            if not named:
+                await self.blobs.delete(blob.key)
+                removed += 1
+        if removed:
+            log.info("removed %d orphaned blob(s)", removed)
+        return removed
+
     async def run_sweeper(
         self,
         *,
@@ -247,8 +289,9 @@ class AssetBlobs:
             while True:
                 try:
                     await self.sweep_once()
-                except (store_errors.StoreUnavailable, BlobNotFound, OSError) as exc:
-                    log.warning("sweeping expired assets failed, retrying later: %r", exc)
+                    await self.sweep_orphans()
+                except (store_errors.StoreUnavailable, BlobNotFound, BlobStoreError) as exc:
+                    log.warning("sweeping assets failed, retrying later: %r", exc)
                 await trio.sleep(interval)
 
     def stop_sweeper(self) -> None:
