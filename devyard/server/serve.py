@@ -104,6 +104,7 @@ async def _serve(
 ) -> None:
     """The API and the edge over an open store, on one port, built top-down: the connector
     hub, the edge (publishing host events), the services (consuming them), the API."""
+    from .api.app import api_state  # noqa: PLC0415 - the web stack loads only to serve
     from .api.serve import serve_api  # noqa: PLC0415 - the web stack loads only to serve
     from .instances import InstanceService, StoreInstanceDirectory  # noqa: PLC0415
     from .tunnels import StoreTunnelDirectory, TunnelService  # noqa: PLC0415
@@ -154,16 +155,18 @@ async def _serve(
             }
             await nursery.start(serve_raw_links, listeners, raw_routes)
         await serve_api(
-            store,
-            config,
+            api_state(
+                store,
+                config,
+                instances=service,
+                tunnels=tunnel_service,
+                hosts=edge,
+                connectors=connectors,
+            ),
             shutdown_trigger=shutdown_trigger,
             websockets=dict(links),
             link_port=link_port,
             prefixes={INSTANCES_PREFIX: gateway},
-            hosts=edge,
-            instance_service=service,
-            tunnel_service=tunnel_service,
-            tunnels=connectors,
             task_status=task_status,
         )
         nursery.cancel_scope.cancel()

@@ -10,6 +10,7 @@ import attrs
 import pytest
 import trio
 
+from devyard.server.api.app import api_state
 from devyard.server.api.serve import BoundServer, serve_api
 from devyard.server.bootstrap import bootstrap_organization
 from devyard.server.config import ListenAddress, RateLimitConfig, ServerConfig
@@ -40,7 +41,7 @@ async def server(
         boot = await bootstrap_organization(store, org_name="acme", user_name="alice")
         shutdown = trio.Event()
         bound: BoundServer = await nursery.start(
-            partial(serve_api, store, server_config, shutdown_trigger=shutdown.wait)
+            partial(serve_api, api_state(store, server_config), shutdown_trigger=shutdown.wait)
         )
         yield Server(url=bound.base_url, admin_key=boot.plaintext_key, org_id=boot.organization.id)
         shutdown.set()

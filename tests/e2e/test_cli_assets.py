@@ -12,6 +12,7 @@ import attrs
 import pytest
 import trio
 
+from devyard.server.api.app import api_state
 from devyard.server.api.serve import BoundServer, serve_api
 from devyard.server.bootstrap import bootstrap_organization
 from devyard.server.config import ListenAddress, ServerConfig
@@ -37,7 +38,7 @@ async def server(nursery: trio.Nursery, tmp_path: Path) -> AsyncIterator[Server]
         boot = await bootstrap_organization(store, org_name="acme", user_name="alice")
         shutdown = trio.Event()
         bound: BoundServer = await nursery.start(
-            partial(serve_api, store, config, shutdown_trigger=shutdown.wait)
+            partial(serve_api, api_state(store, config), shutdown_trigger=shutdown.wait)
         )
         yield Server(url=bound.base_url, key=boot.plaintext_key, data_dir=data_dir)
         shutdown.set()

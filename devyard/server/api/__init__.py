@@ -6,7 +6,7 @@ decisions where the spec is silent.
 """
 
 from ._errors import APIError
-from .app import create_app
+from .app import api_state, create_app
 from .serve import BoundServer, serve_api
 
-__all__ = ["APIError", "BoundServer", "create_app", "serve_api"]
+__all__ = ["APIError", "BoundServer", "api_state", "create_app", "serve_api"]

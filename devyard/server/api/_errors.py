@@ -17,7 +17,8 @@ that shape:
     ├── Unprocessable              422  unprocessable       well-formed but semantically rejected
     ├── RateLimited                429  rate_limited        carries Retry-After
     ├── InternalError              500  internal_error
-    └── Unavailable                503  unavailable         carries Retry-After when known
+    ├── Unavailable                503  unavailable         carries Retry-After when known
+    └── InsufficientStorage        507  insufficient_storage  the blob store is full
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import ClassVar, Final
 from quart import Quart, Response, jsonify, request
 from werkzeug.exceptions import HTTPException
 
+from ..blobs import BlobStoreError, BlobStoreFull
 from ..hosts import TunnelRejected, TunnelRejection
 from ..store import errors as store_errors
 
@@ -39,14 +41,17 @@ __all__ = [
     "BadRequest",
     "Conflict",
     "Forbidden",
+    "InsufficientStorage",
     "InternalError",
     "MethodNotAllowed",
     "NotFound",
     "PayloadTooLarge",
     "RateLimited",
+    "RetryableConflict",
     "Unauthorized",
     "Unavailable",
     "Unprocessable",
+    "from_blob_error",
     "from_store_error",
     "from_tunnel_rejected",
     "install_error_handlers",
@@ -157,6 +162,11 @@ class Unavailable(APIError):
         return {"Retry-After": str(max(1, math.ceil(self.retry_after)))}
 
 
+class InsufficientStorage(APIError):
+    status = 507
+    default_reason = "insufficient_storage"
+
+
 # The framework raises werkzeug HTTPExceptions for what happens before a handler runs.
 _FROM_HTTP: Final[dict[int, type[APIError]]] = {
     400: BadRequest,
@@ -201,7 +211,10 @@ def from_store_error(exc: store_errors.StoreError) -> APIError:
     return InternalError("internal error")
 
 
-class _RetryableConflict(Conflict):
+class RetryableConflict(Conflict):
+    """409 with ``Retry-After``: the server is fine, what the client asked for is not there
+    yet (a full fleet, an offline tunnel)."""
+
     def headers(self) -> dict[str, str]:
         return {"Retry-After": "2"}
 
@@ -213,13 +226,20 @@ _TUNNEL_REJECTED: Final[dict[TunnelRejection, tuple[type[APIError], str]]] = {
     TunnelRejection.INVALID_NAME: (Unprocessable, "invalid_body"),
     TunnelRejection.NOT_FOUND: (NotFound, "tunnel_not_found"),
     TunnelRejection.SELECTORS: (Unprocessable, "tunnel_selectors"),
-    TunnelRejection.OFFLINE: (_RetryableConflict, "tunnel_offline"),
+    TunnelRejection.OFFLINE: (RetryableConflict, "tunnel_offline"),
 }
 
 
 def from_tunnel_rejected(exc: TunnelRejected) -> APIError:
     cls, reason = _TUNNEL_REJECTED[exc.reason]
     return cls(exc.message, reason=reason)
+
+
+def from_blob_error(exc: BlobStoreError) -> APIError:
+    """The API's answer to a blob-store failure: full is 507, anything else 503."""
+    if isinstance(exc, BlobStoreFull):
+        return InsufficientStorage("no room left in the blob store")
+    return Unavailable("the blob store is unavailable; retry later", retry_after=5.0)
 
 
 def _respond(error: APIError) -> Response:
@@ -247,6 +267,11 @@ def install_error_handlers(app: Quart) -> None:
         if isinstance(api_error, (InternalError, Unavailable)):
             log.error("store error in %s %s: %r", request.method, request.path, error)
         return _respond(api_error)
+
+    @app.errorhandler(BlobStoreError)
+    async def _blob_error(error: BlobStoreError) -> Response:
+        log.warning("blob store error in %s %s: %s", request.method, request.path, error)
+        return _respond(from_blob_error(error))
 
     @app.errorhandler(Exception)
     async def _unexpected(error: Exception) -> Response:

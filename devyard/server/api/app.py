@@ -1,8 +1,9 @@
 """The control API as a Quart-Trio app: blueprints, the request pipeline, the error shape.
 
-``create_app`` wires what the handlers share (``context.ApiState``) and checks at start-up
-that the routes and ``openapi.yaml`` describe the same operations, so an undocumented route or
-an unimplemented operation is a start-up error rather than a surprise for a client.
+``api_state`` builds what the handlers share (``context.ApiState``: the store, the config and
+every service, typed and frozen); ``create_app(state)`` serves it and checks at start-up that
+the routes and ``openapi.yaml`` describe the same operations, so an undocumented route or an
+unimplemented operation is a start-up error rather than a surprise for a client.
 """
 
 from __future__ import annotations
@@ -12,11 +13,20 @@ from collections.abc import Callable, Mapping
 import trio
 from quart_trio import QuartTrio
 
-from ..blobs import AssetBlobs
+from ..blobs import (
+    AssetBlobs,
+    BlobEndpoint,
+    BlobRoutes,
+    LocalBlobStore,
+    UrlSigner,
+    load_signing_key,
+)
 from ..config import ServerConfig
+from ..hosts import HostRegistry
 from ..instances import EmptyRegistry, InstanceService
+from ..secret_scanning import KeyRing
 from ..store.base import Store
-from ..tunnels import TunnelService
+from ..tunnels import TunnelConnections, TunnelService
 from ._errors import install_error_handlers
 from .auth import Authenticator
 from .context import ApiState, Plan, install_state
@@ -26,6 +36,7 @@ from .ratelimit import KeyedRateLimiter
 from .routes import (
     analytics,
     api_keys,
+    assets,
     health,
     identity,
     instances,
@@ -34,9 +45,8 @@ from .routes import (
     secret_scanning,
     tunnels,
 )
-from .routes.assets import install_assets, local_asset_blobs
 
-__all__ = ["DEFAULT_PLANS", "create_app"]
+__all__ = ["DEFAULT_PLANS", "api_state", "create_app", "local_asset_blobs"]
 
 DEFAULT_PLANS: Mapping[str, Plan] = {
     "self-hosted": Plan(
@@ -49,6 +59,19 @@ DEFAULT_PLANS: Mapping[str, Plan] = {
 # Methods the framework answers by itself; not API operations.
 _FRAMEWORK_METHODS = frozenset({"HEAD", "OPTIONS"})
 
+_BLUEPRINTS = (
+    health,
+    identity,
+    organizations,
+    api_keys,
+    instances,
+    tunnels,
+    scoped_tokens,
+    analytics,
+    assets,
+    secret_scanning,
+)
+
 
 def _limiter(config: ServerConfig, clock: Callable[[], float]) -> KeyedRateLimiter | None:
     limit = config.rate_limit
@@ -57,61 +80,82 @@ def _limiter(config: ServerConfig, clock: Callable[[], float]) -> KeyedRateLimit
     return KeyedRateLimiter(rate=limit.rate, burst=limit.burst, clock=clock)
 
 
-def create_app(
+def local_asset_blobs(store: Store, config: ServerConfig) -> AssetBlobs:
+    """The default: blobs in ``<data_dir>/blobs``, the signing key in the data dir."""
+    signer = UrlSigner(load_signing_key(config.data_dir))
+    return AssetBlobs(store, LocalBlobStore(config.data_dir / "blobs"), signer)
+
+
+def api_state(
     store: Store,
     config: ServerConfig,
     *,
     contract: Contract | None = None,
     clock: Callable[[], float] = trio.current_time,
     plans: Mapping[str, Plan] = DEFAULT_PLANS,
-    asset_blobs: AssetBlobs | None = None,
-    instance_service: InstanceService | None = None,
-    tunnel_service: TunnelService | None = None,
-) -> QuartTrio:
-    """The control API over *store*. The caller owns the store and closes it, and runs
-    ``instance_service.run`` (its timeouts); without a service the API gets one with no
-    hosts, where every create answers "no capacity"."""
+    instances: InstanceService | None = None,
+    tunnels: TunnelService | None = None,
+    assets: AssetBlobs | None = None,
+    hosts: HostRegistry | None = None,
+    connectors: TunnelConnections | None = None,
+) -> ApiState:
+    """The API's state over *store*, with defaults for what a caller does not give: the
+    packaged document, an instance service with no hosts (every create answers "no
+    capacity"), a tunnel service with no connector hub, blobs in the data dir. The caller
+    owns the store and closes it, and runs ``instances.run`` (its timeouts)."""
+    return ApiState(
+        store=store,
+        config=config,
+        contract=contract if contract is not None else Contract(load_document()),
+        authenticator=Authenticator(store, clock=clock),
+        key_limiter=_limiter(config, clock),
+        client_limiter=_limiter(config, clock),
+        plans=plans,
+        instances=instances
+        if instances is not None
+        else InstanceService(
+            store, EmptyRegistry(), regions=config.regions, home_region=config.region
+        ),
+        tunnels=tunnels if tunnels is not None else TunnelService(store),
+        assets=assets if assets is not None else local_asset_blobs(store, config),
+        key_ring=KeyRing(config.secret_scanning_keys_url),
+        hosts=hosts,
+        connectors=connectors,
+    )
+
+
+def create_app(state: ApiState) -> QuartTrio:
+    """The control API over *state*; the asset sweep runs while the app serves."""
     app = QuartTrio(__name__, static_folder=None)
     app.config.update(
-        MAX_CONTENT_LENGTH=config.max_body_bytes,
+        MAX_CONTENT_LENGTH=state.config.max_body_bytes,
         PROVIDE_AUTOMATIC_OPTIONS=False,
         # Errors are ours to render (_errors); never the framework's HTML debug pages.
         PROPAGATE_EXCEPTIONS=False,
         JSON_SORT_KEYS=False,
     )
     app.json.sort_keys = False  # type: ignore[attr-defined]
-    contract = contract if contract is not None else Contract(load_document())
-    install_state(
-        app.extensions,
-        ApiState(
-            store=store,
-            config=config,
-            contract=contract,
-            authenticator=Authenticator(store, clock=clock),
-            key_limiter=_limiter(config, clock),
-            client_limiter=_limiter(config, clock),
-            plans=plans,
-            instances=instance_service
-            if instance_service is not None
-            else InstanceService(
-                store, EmptyRegistry(), regions=config.regions, home_region=config.region
-            ),
-        ),
-    )
-    app.extensions[tunnels.TUNNELS_KEY] = (
-        tunnel_service if tunnel_service is not None else TunnelService(store)
-    )
+    install_state(app.extensions, state)
     install_error_handlers(app)
     app.before_request(before_request)
-    for module in (health, identity, organizations, api_keys, instances, tunnels):
+    for module in _BLUEPRINTS:
         app.register_blueprint(module.blueprint)
-    for module in (scoped_tokens, analytics, secret_scanning):
-        app.register_blueprint(module.blueprint)
-    if asset_blobs is None:
-        asset_blobs = local_asset_blobs(store, config)
-    install_assets(app, asset_blobs)
-    _check_routes_match(app, contract)
+    _install_blobs(app, state.assets)
+    _check_routes_match(app, state.contract)
     return app
+
+
+def _install_blobs(app: QuartTrio, blobs: AssetBlobs) -> None:
+    """Mount the ``/blobs/`` endpoint in front of *app* and run the sweep while it serves."""
+    app.asgi_app = BlobRoutes(app.asgi_app, BlobEndpoint(blobs))  # type: ignore[method-assign,assignment]
+
+    @app.before_serving
+    async def _start_sweeper() -> None:
+        app.nursery.start_soon(blobs.run_sweeper)
+
+    @app.after_serving
+    async def _stop_sweeper() -> None:
+        blobs.stop_sweeper()
 
 
 def _check_routes_match(app: QuartTrio, contract: Contract) -> None:

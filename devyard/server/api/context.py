@@ -1,8 +1,10 @@
 """What a handler may read: the app's shared state and the request's checked inputs.
 
 The request pipeline (``pipeline.py``) fills a :class:`RequestInput` before any handler runs;
-handlers read it through the accessors below and never touch ``request.args`` or the raw body,
-so they only see input the OpenAPI document allows.
+handlers read it through the typed accessors below (``str_param``, ``int_param``,
+``bool_param``, ``body``) and never touch ``request.args`` or the raw body, so they only see
+input the OpenAPI document allows. A parameter whose type the document does not guarantee is
+an internal error, found by the first test that calls the operation.
 """
 
 from __future__ import annotations
@@ -13,9 +15,13 @@ from typing import Any
 import attrs
 from quart import current_app, g
 
+from ..blobs import AssetBlobs
 from ..config import ServerConfig
+from ..hosts import HostRegistry
 from ..instances import InstanceService
+from ..secret_scanning import KeyRing
 from ..store.base import Store
+from ..tunnels import TunnelConnections, TunnelService
 from ._errors import InternalError, NotFound
 from .auth import Authenticator, Principal
 from .contract import Contract, Operation
@@ -26,11 +32,13 @@ __all__ = [
     "Plan",
     "RequestInput",
     "body",
-    "params",
+    "bool_param",
+    "int_param",
     "principal",
     "request_input",
     "same_organization",
     "state",
+    "str_param",
 ]
 
 _STATE_KEY = "devyard"
@@ -45,7 +53,8 @@ class Plan:
 
 @attrs.frozen
 class ApiState:
-    """Everything the handlers share, built once by ``create_app``."""
+    """Everything the handlers share, built once (``app.api_state``) and handed to
+    ``create_app``: the one way a handler reaches a service, the store or the config."""
 
     store: Store
     config: ServerConfig
@@ -55,6 +64,11 @@ class ApiState:
     client_limiter: KeyedRateLimiter | None  # per client address, anonymous writes only
     plans: Mapping[str, Plan]
     instances: InstanceService
+    tunnels: TunnelService
+    assets: AssetBlobs
+    key_ring: KeyRing  # the code host's secret-scanning keys, cached across requests
+    hosts: HostRegistry | None = None  # the edge's host links, when the server runs an edge
+    connectors: TunnelConnections | None = None  # the edge's connector links, if any
 
 
 @attrs.frozen
@@ -92,8 +106,32 @@ def principal() -> Principal:
     return caller
 
 
-def params() -> Mapping[str, object]:
-    return request_input().params
+def _param(name: str) -> object:
+    return request_input().params.get(name)
+
+
+def str_param(name: str) -> str | None:
+    """A string path or query parameter; None when absent without a default."""
+    value = _param(name)
+    if value is None or isinstance(value, str):
+        return value
+    raise InternalError(f"parameter {name} is not a string in the document")
+
+
+def int_param(name: str) -> int:
+    """An integer parameter the document requires or gives a default."""
+    value = _param(name)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise InternalError(f"parameter {name} is not an integer with a default in the document")
+
+
+def bool_param(name: str) -> bool:
+    """A boolean parameter the document requires or gives a default."""
+    value = _param(name)
+    if isinstance(value, bool):
+        return value
+    raise InternalError(f"parameter {name} is not a boolean with a default in the document")
 
 
 def body() -> dict[str, Any]:

@@ -27,13 +27,15 @@ from ..store.base import Role
 from ._errors import BadRequest
 from .scopes import Template, parse_template
 
-__all__ = ["Contract", "Operation", "Parameter", "load_document"]
+__all__ = ["MAX_DEPTH", "MAX_NUMBER", "Contract", "Operation", "Parameter", "load_document"]
 
 _METHODS: Final = ("get", "put", "post", "delete", "patch")
 _RULE_VAR: Final = re.compile(r"<(?:[^:<>]+:)?([^<>]+)>")
 _DRAFT: Final = "https://json-schema.org/draft/2020-12/schema"
 _MAX_ECHO: Final = 80
 _INTEGER: Final = re.compile(r"-?[0-9]{1,18}")
+MAX_DEPTH: Final = 32  # nesting of a request body; the document's deepest is under 10
+MAX_NUMBER: Final = 2**63 - 1  # no field of the document holds more; the databases hold this
 
 
 def load_document() -> dict[str, Any]:
@@ -226,9 +228,20 @@ class Contract:
         if not raw.strip():
             raise BadRequest("a JSON request body is required", reason="invalid_body")
         try:
-            value = json.loads(raw, parse_constant=_reject_constant)
+            # Strict UTF-8 (RFC 8259 8.1): json.loads(bytes) would decode with surrogatepass
+            # and let the raw bytes of a lone surrogate through.
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise BadRequest(
+                f"the body is not valid JSON: not UTF-8 at byte {exc.start}", reason="invalid_json"
+            ) from exc
+        try:
+            value = json.loads(text, parse_constant=_reject_constant)
         except (ValueError, RecursionError) as exc:
-            raise BadRequest(f"the body is not valid JSON: {exc}", reason="invalid_json") from exc
+            raise BadRequest(
+                f"the body is not valid JSON: {str(exc)[:_MAX_ECHO]}", reason="invalid_json"
+            ) from exc
+        _check_plain(value)
         error = _first_error(operation.body, value)
         if error is not None:
             field = _field("", error.instance_path)
@@ -241,6 +254,43 @@ class Contract:
                 raise BadRequest(f"{field}: unknown field {unexpected}", reason="invalid_body")
             raise BadRequest(f"{field} {_describe(error)}", reason="invalid_body")
         return value
+
+
+def _check_plain(value: object) -> None:
+    """Refuse what parses as JSON but nothing downstream can hold: a string with a lone
+    surrogate (``"\\ud800"`` is valid JSON syntax, yet no UTF-8 text; the database, the
+    validator and the JSON encoder all fail on it), nesting deeper than `MAX_DEPTH`, and
+    numbers beyond `MAX_NUMBER` in magnitude. Walked without recursion."""
+    pending: list[tuple[object, str, int]] = [(value, "", 0)]
+    while pending:
+        item, where, depth = pending.pop()
+        if depth > MAX_DEPTH:
+            raise BadRequest(
+                f"the body nests deeper than {MAX_DEPTH} levels", reason="invalid_json"
+            )
+        if isinstance(item, str):
+            _check_text(item, where)
+        elif isinstance(item, bool):
+            continue
+        elif isinstance(item, int | float):
+            if not abs(item) <= MAX_NUMBER:  # also refuses inf from 1e400
+                raise BadRequest(f"{where or 'body'} is out of range", reason="invalid_body")
+        elif isinstance(item, dict):
+            for key, sub in item.items():
+                _check_text(key, f"{where or 'body'} key")
+                pending.append((sub, f"{where}.{key}" if where else key, depth + 1))
+        elif isinstance(item, list):
+            pending.extend((sub, f"{where}[{i}]", depth + 1) for i, sub in enumerate(item))
+
+
+def _check_text(text: str, where: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise BadRequest(
+            f"{where[:_MAX_ECHO] or 'body'} is not valid Unicode text (a lone surrogate)",
+            reason="invalid_body",
+        ) from exc
 
 
 def _scope(value: object) -> Template | None:

@@ -7,7 +7,8 @@
 4. scope       an ``organizationId`` in the path must be the key's organization (404);
 5. permission  a scoped token only what its scopes open (``x-devyard-scope``); read-only
                keys read; the role is at least ``x-devyard-role`` (403);
-6. input       path and query parameters and the JSON body against the document (400).
+6. input       path and query parameters and the JSON body against the document (400);
+               a path or query that is not UTF-8 once percent-decoded is 400 before anything.
 
 Scope comes before permission so that a viewer probing another organization's ids learns
 nothing (404, never 403), and identity comes before input so that an anonymous caller cannot
@@ -16,9 +17,11 @@ probe the validation rules of protected operations.
 
 from __future__ import annotations
 
+from urllib.parse import unquote_to_bytes
+
 from quart import g, request
 
-from ._errors import InternalError, NotFound, RateLimited
+from ._errors import BadRequest, InternalError, NotFound, RateLimited
 from .auth import Principal, authorize
 from .context import RequestInput, state
 
@@ -27,6 +30,7 @@ __all__ = ["before_request"]
 
 async def before_request() -> None:
     api = state()
+    _check_target()
     rule = request.url_rule
     if rule is None:
         # Routing failed; the framework raises its 404/405 after this hook.
@@ -67,6 +71,21 @@ async def before_request() -> None:
     g.devyard_input = RequestInput(
         operation=operation, principal=caller, params=values, body=payload
     )
+
+
+def _check_target() -> None:
+    """400 for a path or query that is not UTF-8 once percent-decoded (``%ED%A0%80``, a lone
+    surrogate): the framework would silently turn it into U+FFFD and look up something else."""
+    scope = request.scope
+    for part, what in ((scope.get("raw_path"), "path"), (scope.get("query_string"), "query")):
+        if not part:
+            continue
+        try:
+            unquote_to_bytes(bytes(part)).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise BadRequest(
+                f"the {what} is not UTF-8 once percent-decoded", reason="invalid_parameter"
+            ) from exc
 
 
 def _spend(wait: float, whose: str) -> None:

@@ -29,10 +29,9 @@ from hypercorn.typing import (
 from ...core.transports import WS_MAX_MESSAGE
 from ..config import ListenAddress, ServerConfig
 from ..hosts import HostRegistry
-from ..instances import InstanceService
-from ..store.base import Store
-from ..tunnels import TunnelConnections, TunnelService
+from ..tunnels import TunnelConnections
 from .app import create_app
+from .context import ApiState
 
 log = logging.getLogger(__name__)
 
@@ -128,28 +127,23 @@ def _hypercorn_config(config: ServerConfig) -> HypercornConfig:
 
 
 async def serve_api(
-    store: Store,
-    config: ServerConfig,
+    state: ApiState,
     *,
     shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
     websockets: dict[str, RawASGI] | None = None,
     prefixes: dict[str, RawASGI] | None = None,
-    hosts: HostRegistry | None = None,
-    instance_service: InstanceService | None = None,
-    tunnel_service: TunnelService | None = None,
-    tunnels: TunnelConnections | None = None,
     link_port: int | None = None,
     task_status: trio.TaskStatus[BoundServer] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve the control API over *store* (owned by the caller) until shut down.
+    """Serve the control API over *state* (whose store the caller owns) until shut down.
 
     *websockets* mounts ASGI callables on WebSocket paths in front of the API (the edge's
     ``/v1/host_connections``), *prefixes* on path prefixes for HTTP and WebSocket alike (the
-    per-instance endpoints); *hosts* is passed through to the ``BoundServer``.
+    per-instance endpoints); the state's ``hosts`` and ``connectors`` and *link_port* are
+    passed through to the ``BoundServer``.
     """
-    app: ASGIFramework = ShieldedSend(
-        create_app(store, config, instance_service=instance_service, tunnel_service=tunnel_service)
-    )
+    config = state.config
+    app: ASGIFramework = ShieldedSend(create_app(state))
     if websockets or prefixes:
         app = WebSocketRoutes(app, websockets or {}, prefixes)
     async with trio.open_nursery() as nursery:
@@ -170,8 +164,8 @@ async def serve_api(
             local_url=local_url,
             base_url=base_url,
             port=port,
-            hosts=hosts,
-            tunnels=tunnels,
+            hosts=state.hosts,
+            tunnels=state.connectors,
             link_port=link_port,
         )
         log.info("control API listening on %s (base URL %s)", local_url, base_url)

@@ -1,20 +1,31 @@
-"""Store records as the JSON objects of ``openapi.yaml`` (camelCase, RFC 3339 timestamps).
+"""Store records as the JSON objects of ``openapi.yaml`` (camelCase, RFC 3339 timestamps),
+and the base URL the URLs inside them start with.
 
 One function per schema, named after it; the conformance tests check the output against the
 document, so a field added here without the document (or the reverse) fails a test.
+
+`base_url` is the configured ``public_url``, else the address of *our* socket that accepted
+the request (the ASGI ``server``: the listening address, with the port actually bound), else
+the configured listen address. Never the request's ``Host`` header: a URL the API hands out
+(an instance's ``apiUrl``, a signed upload URL) must not point where a client said it should.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
 
+from quart import request
+
+from ..config import ListenAddress
 from ..store import tokens
 from ..store.base import ApiKey, Member, Organization, User
 from .auth import Principal
+from .context import state
 
 __all__ = [
     "api_key_view",
+    "base_url",
     "member_view",
     "organization_view",
     "timestamp",
@@ -23,6 +34,24 @@ __all__ = [
 ]
 
 JSON = dict[str, Any]
+
+
+_WILDCARDS: Final = frozenset({"", "0.0.0.0", "::"})  # noqa: S104 - comparing, not binding
+
+
+def base_url() -> str:
+    """Where clients reach this server, for the URLs of the request being answered."""
+    config = state().config
+    if config.public_url is not None:
+        return config.public_url.rstrip("/")
+    server = request.scope.get("server")
+    if not server or server[1] is None:  # not a TCP socket (the in-process test client)
+        return config.base_url
+    local_host, port = str(server[0]), int(server[1])
+    host = config.listen.host
+    if host in _WILDCARDS:
+        host = local_host
+    return f"http://{ListenAddress(host, port)}"
 
 
 def timestamp(value: datetime) -> str:

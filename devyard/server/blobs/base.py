@@ -10,6 +10,11 @@ Contract of every implementation:
   new key per upload and switches the database row to it), so a reader of a key never sees
   bytes change under it.
 - ``delete`` of a missing key is not an error.
+- A failure of the storage itself is a `BlobStoreError`, never a bare ``OSError``:
+  `BlobStoreFull` when it has no room (disk full, quota), `BlobStoreUnavailable` otherwise
+  (unreachable, read-only, failing). Callers answer it, they do not crash on it.
+- ``list_blobs`` names every stored key with the time it was last written, so blobs that no
+  row names (a crash between a write and the row switch, a delete cut short) can be swept.
 """
 
 from __future__ import annotations
@@ -19,7 +24,16 @@ from typing import Protocol
 
 import attrs
 
-__all__ = ["BlobNotFound", "BlobStore", "BlobTooLarge", "WrittenBlob"]
+__all__ = [
+    "BlobNotFound",
+    "BlobStore",
+    "BlobStoreError",
+    "BlobStoreFull",
+    "BlobStoreUnavailable",
+    "BlobTooLarge",
+    "StoredBlob",
+    "WrittenBlob",
+]
 
 
 class BlobNotFound(LookupError):
@@ -32,6 +46,24 @@ class BlobTooLarge(ValueError):
     def __init__(self, limit: int) -> None:
         super().__init__(f"more than {limit} bytes")
         self.limit = limit
+
+
+class BlobStoreError(Exception):
+    """The blob store could not do what was asked; nothing half-done is visible."""
+
+
+class BlobStoreFull(BlobStoreError):
+    """No room left: the disk is full or a quota is reached."""
+
+
+class BlobStoreUnavailable(BlobStoreError):
+    """The store cannot be used now: unreachable, read-only, permissions, I/O errors."""
+
+
+@attrs.frozen
+class StoredBlob:
+    key: str
+    modified: float  # seconds since the epoch of its last write
 
 
 @attrs.frozen
@@ -51,3 +83,6 @@ class BlobStore(Protocol):
 
     async def delete(self, key: str) -> None:
         """Remove *key*; missing is fine."""
+
+    async def list_blobs(self) -> list[StoredBlob]:
+        """Every stored blob (not writes in progress), in no particular order."""

@@ -12,6 +12,8 @@ permission. Errors are still the API's ``{"message", "reason"}`` JSON.
   ``{id, name, md5, size}`` once the bytes are durable; 413 past the size limit.
 - ``GET`` / ``HEAD`` (``op=download``): the bytes, ``Content-Length``, ``ETag`` (the md5).
 - 403 ``bad_signature`` / ``expired_signature``; 404 for an unknown asset or one with no bytes.
+- 507 ``insufficient_storage`` when the blob store is full (disk, quota), 503 ``unavailable``
+  (with Retry-After) when it or the database cannot be used: never an empty 500.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any, Final
 from urllib.parse import parse_qsl
 
 from ..store import errors as store_errors
-from .base import BlobTooLarge
+from .base import BlobNotFound, BlobStoreFull, BlobStoreUnavailable, BlobTooLarge
 from .service import AssetBlobs
 from .signing import BLOB_PATH_PREFIX, BadSignature, ExpiredSignature, Operation
 
@@ -38,6 +40,7 @@ Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Any, Any, Any], Awaitable[None]]  # loosely typed, as frameworks type theirs
 
 _OCTET_STREAM: Final = "application/octet-stream"
+_RETRY_AFTER: Final = [(b"retry-after", b"5")]
 
 
 class ClientDisconnected(Exception):
@@ -151,7 +154,15 @@ class BlobEndpoint:
             raise _HttpError(404, "not_found", f"asset {asset_id!r} not found") from exc
         except store_errors.StoreUnavailable as exc:
             raise _HttpError(
-                503, "unavailable", "the database is unavailable; retry later"
+                503, "unavailable", "the database is unavailable; retry later", _RETRY_AFTER
+            ) from exc
+        except BlobStoreFull as exc:
+            raise _HttpError(
+                507, "insufficient_storage", "no room left for the asset's bytes"
+            ) from exc
+        except BlobStoreUnavailable as exc:
+            raise _HttpError(
+                503, "unavailable", "the blob store is unavailable; retry later", _RETRY_AFTER
             ) from exc
         await _send_json(
             send,
@@ -167,9 +178,19 @@ class BlobEndpoint:
             raise _HttpError(404, "not_found", f"asset {asset_id!r} has no bytes") from exc
         except store_errors.StoreUnavailable as exc:
             raise _HttpError(
-                503, "unavailable", "the database is unavailable; retry later"
+                503, "unavailable", "the database is unavailable; retry later", _RETRY_AFTER
             ) from exc
         async with aclosing(chunks):
+            # The first chunk before the headers: a blob deleted under the row (a delete under
+            # way) or a failing store is still an answer, not a cut response.
+            try:
+                first = await anext(chunks, b"")
+            except BlobNotFound as exc:
+                raise _HttpError(404, "not_found", f"asset {asset_id!r} has no bytes") from exc
+            except BlobStoreUnavailable as exc:
+                raise _HttpError(
+                    503, "unavailable", "the blob store is unavailable; retry later", _RETRY_AFTER
+                ) from exc
             headers = [
                 (b"content-type", _OCTET_STREAM.encode()),
                 (b"content-length", str(asset.size).encode()),
@@ -177,6 +198,8 @@ class BlobEndpoint:
             ]
             await send({"type": "http.response.start", "status": 200, "headers": headers})
             if not head:
+                if first:
+                    await send({"type": "http.response.body", "body": first, "more_body": True})
                 async for chunk in chunks:
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
             await send({"type": "http.response.body", "body": b""})

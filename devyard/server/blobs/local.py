@@ -8,27 +8,59 @@ fsynced, so after ``write`` returns the blob survives a crash, and before it ret
 exists under the key. A failed or cancelled write removes its temporary file (shielded), and
 any previous blob under another key is untouched: an interrupted upload never damages the
 bytes an asset already has.
+
+Errors of the file system are translated once, here: ``ENOSPC``/``EDQUOT`` are
+`BlobStoreFull`, any other ``OSError`` (a directory made read-only, ``EIO``) is
+`BlobStoreUnavailable`; a missing key on read is `BlobNotFound`.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import re
 import secrets
-from collections.abc import AsyncGenerator, AsyncIterable
+from collections.abc import AsyncGenerator, AsyncIterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Final
 
 import trio
 
-from .base import BlobNotFound, BlobTooLarge, WrittenBlob
+from .base import (
+    BlobNotFound,
+    BlobStoreError,
+    BlobStoreFull,
+    BlobStoreUnavailable,
+    BlobTooLarge,
+    StoredBlob,
+    WrittenBlob,
+)
 
 __all__ = ["READ_CHUNK", "WRITE_BUFFER", "LocalBlobStore"]
 
 WRITE_BUFFER: Final = 1024 * 1024  # bytes gathered before one write in a worker thread
 READ_CHUNK: Final = 1024 * 1024
 _KEY_RE: Final = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,199}")
+
+
+_FULL: Final = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+def translate_os_error(exc: OSError) -> BlobStoreError:
+    """The blob store's error for a file-system error."""
+    if exc.errno in _FULL:
+        return BlobStoreFull(f"the blob store is full: {exc.strerror or exc}")
+    return BlobStoreUnavailable(f"the blob store failed: {exc.strerror or exc}")
+
+
+@contextmanager
+def _translated() -> Iterator[None]:
+    try:
+        yield
+    except OSError as exc:
+        raise translate_os_error(exc) from exc
 
 
 def _fsync_dir(path: Path) -> None:
@@ -59,12 +91,15 @@ class LocalBlobStore:
 
     async def write(self, key: str, chunks: AsyncIterable[bytes], *, max_size: int) -> WrittenBlob:
         final = self._path(key)
-        await trio.to_thread.run_sync(self._prepare)
-        temp = self._tmp / f"{key}.{secrets.token_hex(8)}"
+        # Only the file system's errors are translated: the chunks' own (a client that went
+        # away) pass through as they are.
+        with _translated():
+            await trio.to_thread.run_sync(self._prepare)
+            temp = self._tmp / f"{key}.{secrets.token_hex(8)}"
+            file: IO[bytes] = await self._open(temp)
         digest = hashlib.md5(usedforsecurity=False)
         size = 0
         done = False
-        file: IO[bytes] = await trio.to_thread.run_sync(temp.open, "xb")
         try:
             buffer = bytearray()
 
@@ -79,9 +114,11 @@ class LocalBlobStore:
                 buffer += chunk
                 if len(buffer) >= WRITE_BUFFER:
                     data, buffer = bytes(buffer), bytearray()
-                    await trio.to_thread.run_sync(flush, data)
+                    with _translated():
+                        await trio.to_thread.run_sync(flush, data)
             if buffer:
-                await trio.to_thread.run_sync(flush, bytes(buffer))
+                with _translated():
+                    await trio.to_thread.run_sync(flush, bytes(buffer))
 
             def commit() -> None:
                 file.flush()
@@ -90,7 +127,8 @@ class LocalBlobStore:
                 os.replace(temp, final)
                 _fsync_dir(self.root)
 
-            await trio.to_thread.run_sync(commit)
+            with _translated():
+                await trio.to_thread.run_sync(commit)
             done = True
         finally:
             if not done:
@@ -98,20 +136,51 @@ class LocalBlobStore:
                     await trio.to_thread.run_sync(_discard, file, temp)
         return WrittenBlob(key=key, md5=digest.hexdigest(), size=size)
 
+    async def _open(self, temp: Path) -> IO[bytes]:
+        """The temporary file of a write (a seam: tests make it fail like a full disk)."""
+        return await trio.to_thread.run_sync(temp.open, "xb")
+
     async def read(self, key: str) -> AsyncGenerator[bytes, None]:
         path = self._path(key)
         try:
             file: IO[bytes] = await trio.to_thread.run_sync(path.open, "rb")
         except FileNotFoundError:
             raise BlobNotFound(key) from None
+        except OSError as exc:
+            raise translate_os_error(exc) from exc
         try:
-            while chunk := await trio.to_thread.run_sync(file.read, READ_CHUNK):
+            while True:
+                with _translated():
+                    chunk = await trio.to_thread.run_sync(file.read, READ_CHUNK)
+                if not chunk:
+                    return
                 yield chunk
         finally:
             file.close()
 
     async def delete(self, key: str) -> None:
-        await trio.to_thread.run_sync(self._path(key).unlink, True)
+        with _translated():
+            await trio.to_thread.run_sync(self._path(key).unlink, True)
+
+    async def list_blobs(self) -> list[StoredBlob]:
+        def scan() -> list[StoredBlob]:
+            found: list[StoredBlob] = []
+            try:
+                entries = list(os.scandir(self.root))
+            except FileNotFoundError:
+                return found
+            for entry in entries:
+                if _KEY_RE.fullmatch(entry.name) is None:
+                    continue
+                try:
+                    if entry.is_file(follow_symlinks=False):
+                        found.append(StoredBlob(entry.name, entry.stat().st_mtime))
+                except FileNotFoundError:
+                    continue  # deleted while we looked
+            return found
+
+        with _translated():
+            return await trio.to_thread.run_sync(scan)
 
 
 def _discard(file: IO[bytes], temp: Path) -> None:

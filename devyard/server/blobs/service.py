@@ -8,16 +8,27 @@ md5) in place, two concurrent uploads cannot leave a row whose md5 describes the
 bytes, and a download that opened the old file keeps reading it (POSIX unlink semantics).
 A crash between the switch and the delete leaves an unreferenced file, never a wrong one.
 
+Deleting an asset removes its bytes *first*, then the row, so every step can be retried: a
+blob-store failure leaves the row (and the client's retry finishes the job), a crash after the
+blob went leaves a row whose retry deletes a missing blob (fine) and then the row. Bytes that
+no row names (a crash between a write and the switch, an upload that switched a row while it
+was being deleted) are orphans; the sweep removes those older than `ORPHAN_GRACE`, which is
+far longer than the moment between a finished write and its row switch.
+
 Expired assets (ttl) are removed by `run_sweeper`: every `SWEEP_INTERVAL` it deletes the rows
-whose ``expires_at`` has passed and then their blobs.
+whose ``expires_at`` has passed with their blobs, then the orphaned blobs.
+
+`resolve_initial_assets` turns an instance's ``spec.initialAssets`` into what a host
+installs: one entry per file, each with a URL the host downloads without a key.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterable, Callable
-from typing import Final
+from collections.abc import AsyncGenerator, AsyncIterable, Callable, Mapping
+from typing import Any, Final
 
 import attrs
 import trio
@@ -25,16 +36,52 @@ import trio
 from ..store import errors as store_errors
 from ..store.base import Asset, Store
 from ..store.ids import new_ulid
-from .base import BlobNotFound, BlobStore
+from .base import BlobNotFound, BlobStore, BlobStoreError
 from .signing import Operation, UrlSigner
 
-__all__ = ["MAX_ASSET_BYTES", "SWEEP_INTERVAL", "URL_TTL", "AssetBlobs", "SignedUrls"]
+__all__ = [
+    "MAX_ASSET_BYTES",
+    "ORPHAN_GRACE",
+    "SWEEP_INTERVAL",
+    "URL_TTL",
+    "AssetBlobs",
+    "InitialAssetError",
+    "InitialAssetProblem",
+    "SignedUrls",
+]
 
 log = logging.getLogger(__name__)
 
 URL_TTL: Final = 3600  # seconds a signed URL stays valid (checked when a request starts)
 MAX_ASSET_BYTES: Final = 16 * 1024**3
 SWEEP_INTERVAL: Final = 60.0
+ORPHAN_GRACE: Final = 3600.0  # seconds an unnamed blob is left alone (a row switch is ms)
+
+
+class InitialAssetProblem(enum.Enum):
+    MISSING_FIELD = "missing_field"  # a source without its field (the document requires it)
+    NOT_FOUND = "not_found"  # no such asset in the organization
+    NO_BYTES = "no_bytes"  # the asset exists but nothing was uploaded yet
+    WRONG_PLATFORM = "wrong_platform"  # an asset for the other platform
+    NOT_INSTALLABLE = "not_installable"  # an instance that installs no apps (xcode, gradle)
+
+
+class InitialAssetError(Exception):
+    """``spec.initialAssets`` names something a host cannot install; the message names it."""
+
+    def __init__(self, problem: InitialAssetProblem, message: str) -> None:
+        super().__init__(message)
+        self.problem = problem
+        self.message = message
+
+
+_SOURCE_FIELDS: Final = {
+    "AssetName": "assetName",
+    "AssetNames": "assetNames",
+    "AssetIDs": "assetIds",
+    "URL": "url",
+    "URLs": "urls",
+}
 
 
 @attrs.frozen
@@ -52,6 +99,7 @@ class AssetBlobs:
         *,
         max_size: int = MAX_ASSET_BYTES,
         url_ttl: int = URL_TTL,
+        orphan_grace: float = ORPHAN_GRACE,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
@@ -59,6 +107,7 @@ class AssetBlobs:
         self.signer = signer
         self.max_size = max_size
         self.url_ttl = url_ttl
+        self.orphan_grace = orphan_grace
         self.wall_clock = wall_clock
         self._sweeper: trio.CancelScope | None = None
 
@@ -96,7 +145,7 @@ class AssetBlobs:
                 await self.blobs.delete(key)
             raise
         if previous is not None:
-            await self.blobs.delete(previous)
+            await self._delete_quietly(previous)  # the upload succeeded; the sweep retries
         return asset
 
     async def download(self, asset_id: str) -> tuple[Asset, AsyncGenerator[bytes, None]]:
@@ -107,10 +156,92 @@ class AssetBlobs:
         return asset, self.blobs.read(asset.blob_key)
 
     async def delete(self, org_id: str, asset_id: str) -> Asset:
-        asset = await self.store.delete_asset(org_id, asset_id)
+        """The bytes, then the row (see the module's theory): NotFound (store) when there is
+        no such asset, `BlobStoreError` with the row kept when the bytes could not go."""
+        asset = await self.store.get_asset(asset_id, org_id=org_id)
         if asset.blob_key is not None:
             await self.blobs.delete(asset.blob_key)
-        return asset
+        deleted = await self.store.delete_asset(org_id, asset_id)
+        if deleted.blob_key is not None and deleted.blob_key != asset.blob_key:
+            await self._delete_quietly(deleted.blob_key)  # uploaded meanwhile
+        return deleted
+
+    async def _delete_quietly(self, key: str) -> None:
+        """Delete bytes no row names any more; a failure leaves an orphan for the sweep."""
+        try:
+            await self.blobs.delete(key)
+        except BlobStoreError as exc:
+            log.warning("could not delete blob %s, the sweep will: %s", key, exc)
+
+    # -- spec.initialAssets (docs/assets.md "Initial apps") -----------------------------------
+    async def resolve_initial_assets(
+        self, org_id: str, platform: str, spec: Mapping[str, Any], *, base_url: str
+    ) -> tuple[dict[str, Any], ...]:
+        """What a host installs for ``spec.initialAssets``: one entry per file, in order,
+        each with a URL it can download without a key (signed, under *base_url*, for assets).
+        `InitialAssetError` names the first entry a host could not install."""
+        entries = spec.get("initialAssets") or []
+        if entries and platform not in ("ios", "android"):
+            raise InitialAssetError(
+                InitialAssetProblem.NOT_INSTALLABLE,
+                "spec.initialAssets: only ios and android instances install apps",
+            )
+        resolved: list[dict[str, Any]] = []
+        for index, entry in enumerate(entries):
+            source = str(entry["source"])
+            field = _SOURCE_FIELDS[source]
+            value = entry.get(field)
+            if not value:
+                raise InitialAssetError(
+                    InitialAssetProblem.MISSING_FIELD,
+                    f"spec.initialAssets[{index}].{field} is required for {source}",
+                )
+            values = list(value) if isinstance(value, list) else [value]
+            common = {
+                "kind": entry["kind"],
+                "launchMode": entry.get("launchMode"),
+                "forceBundleId": entry.get("forceBundleId"),
+            }
+            for item in values:
+                if source in ("URL", "URLs"):
+                    resolved.append({**common, "name": str(item), "url": str(item), "md5": None})
+                    continue
+                asset = await (
+                    self._asset_for(org_id, asset_id=str(item))
+                    if source == "AssetIDs"
+                    else self._asset_for(org_id, name=str(item))
+                )
+                if asset.md5 is None:
+                    raise InitialAssetError(
+                        InitialAssetProblem.NO_BYTES,
+                        f"spec.initialAssets: asset {asset.name!r} has no bytes yet",
+                    )
+                if asset.os is not None and asset.os != platform:
+                    raise InitialAssetError(
+                        InitialAssetProblem.WRONG_PLATFORM,
+                        f"spec.initialAssets: asset {asset.name!r} is for {asset.os},"
+                        f" not {platform}",
+                    )
+                url = self.signed_url(base_url, Operation.DOWNLOAD, asset.id)
+                resolved.append({**common, "name": asset.name, "url": url, "md5": asset.md5})
+        return tuple(resolved)
+
+    async def _asset_for(
+        self, org_id: str, *, name: str | None = None, asset_id: str | None = None
+    ) -> Asset:
+        what = f"asset {name!r}" if name is not None else f"asset id {asset_id!r}"
+        missing = InitialAssetError(
+            InitialAssetProblem.NOT_FOUND, f"spec.initialAssets: {what} not found"
+        )
+        try:
+            if asset_id is not None:
+                return await self.store.get_asset(asset_id, org_id=org_id)
+            found = await self.store.list_assets(org_id, name=name, limit=1)
+        except store_errors.NotFound:
+            raise missing from None
+        if not found:
+            raise missing
+        return found[0]
 
     # -- expiry -----------------------------------------------------------------------------
     async def sweep_once(self) -> int:
@@ -127,6 +258,25 @@ class AssetBlobs:
             log.info("removed %d expired asset(s)", deleted)
         return deleted
 
+    async def sweep_orphans(self) -> int:
+        """Delete the blobs no asset row names, older than ``orphan_grace``; how many."""
+        cutoff = self.wall_clock() - self.orphan_grace
+        removed = 0
+        for blob in await self.blobs.list_blobs():
+            if blob.modified > cutoff:
+                continue  # maybe a write whose row switch is under way
+            asset_id = blob.key.partition(".")[0]  # keys are "<asset id>.<ulid>"
+            try:
+                named = (await self.store.get_asset(asset_id)).blob_key == blob.key
+            except store_errors.NotFound:
+                named = False
+            if not named:
+                await self.blobs.delete(blob.key)
+                removed += 1
+        if removed:
+            log.info("removed %d orphaned blob(s)", removed)
+        return removed
+
     async def run_sweeper(
         self,
         *,
@@ -139,8 +289,9 @@ class AssetBlobs:
             while True:
                 try:
                     await self.sweep_once()
-                except (store_errors.StoreUnavailable, BlobNotFound, OSError) as exc:
-                    log.warning("sweeping expired assets failed, retrying later: %r", exc)
+                    await self.sweep_orphans()
+                except (store_errors.StoreUnavailable, BlobNotFound, BlobStoreError) as exc:
+                    log.warning("sweeping assets failed, retrying later: %r", exc)
                 await trio.sleep(interval)
 
     def stop_sweeper(self) -> None:

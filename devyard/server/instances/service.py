@@ -557,6 +557,39 @@ class InstanceService:
             with trio.move_on_at(earliest):
                 await self._wakeup.wait()
 
+    # -- reading, for the API: the only way a route sees instances -----------------------
+    async def get(self, org_id: str, platform: Platform, instance_id: str) -> Instance:
+        """The organization's instance of *platform*; `store.errors.NotFound` otherwise (in
+        another organization, or of another platform, is the same as absent)."""
+        instance = await self._store.get_instance(instance_id, org_id=org_id)
+        if instance.platform is not platform:
+            raise store_errors.NotFound("instance", instance_id)
+        return instance
+
+    async def list(
+        self,
+        org_id: str,
+        platform: Platform,
+        *,
+        labels: dict[str, str] | None = None,
+        states: frozenset[InstanceState] | None = None,
+        region: str | None = None,
+        limit: int = 50,
+        starting_after: str | None = None,
+        ending_before: str | None = None,
+    ) -> list[Instance]:
+        """One page of the organization's instances of *platform*, in id order."""
+        return await self._store.list_instances(
+            org_id,
+            platform,
+            labels=labels,
+            states=states,
+            region=region,
+            limit=limit,
+            starting_after=starting_after,
+            ending_before=ending_before,
+        )
+
 
 def _placed_on(instance: Instance, delivering: str | None, host_id: str) -> bool:
     """Whether *host_id* may report about *instance*: it is placed there, or its order is on

@@ -7,7 +7,7 @@ import pytest
 from quart.typing import TestClientProtocol as Client
 from quart_trio import QuartTrio
 
-from devyard.server.api.app import create_app
+from devyard.server.api.app import api_state, create_app
 from devyard.server.config import ServerConfig
 from devyard.server.hosts import InstanceEvent, InstancePhase
 from devyard.server.instances import InstanceService
@@ -26,7 +26,7 @@ def service(store: Store) -> InstanceService:
 def app(
     store: Store, config: ServerConfig, manual_clock: ManualClock, service: InstanceService
 ) -> QuartTrio:
-    return create_app(store, config, clock=manual_clock, instance_service=service)
+    return create_app(api_state(store, config, clock=manual_clock, instances=service))
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import pytest
 from quart.typing import TestClientProtocol as Client
 from quart_trio import QuartTrio
 
-from devyard.server.api.app import create_app
+from devyard.server.api.app import api_state, create_app
 from devyard.server.bootstrap import bootstrap_organization
 from devyard.server.config import RateLimitConfig, ServerConfig
 from devyard.server.store import Role, Store, open_store, tokens
@@ -75,7 +75,7 @@ async def store(database_target: str) -> AsyncIterator[Store]:
 
 @pytest.fixture
 def app(store: Store, config: ServerConfig, manual_clock: ManualClock) -> QuartTrio:
-    return create_app(store, config, clock=manual_clock)
+    return create_app(api_state(store, config, clock=manual_clock))
 
 
 @pytest.fixture

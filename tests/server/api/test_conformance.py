@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from devyard.server.api.app import api_state
 from devyard.server.api.serve import BoundServer, serve_api
 from devyard.server.config import ListenAddress, RateLimitConfig, ServerConfig
 from devyard.server.store import Role, Store
@@ -92,7 +93,7 @@ async def test_the_server_conforms_to_its_document(
     )
     with_ids = ("--config-file", str(settings))
     async with trio.open_nursery() as nursery:
-        bound: BoundServer = await nursery.start(partial(serve_api, store, config))
+        bound: BoundServer = await nursery.start(partial(serve_api, api_state(store, config)))
         key = callers.admin.key
         for extra in (with_ids, ("--config-file", str(generated))):
             output = await _schemathesis(

@@ -12,7 +12,7 @@ import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from devyard.server.api.app import create_app
+from devyard.server.api.app import api_state, create_app
 from devyard.server.api.contract import Contract, load_document
 from devyard.server.bootstrap import bootstrap_organization
 from devyard.server.config import ServerConfig
@@ -62,7 +62,7 @@ async def test_the_app_refuses_to_start_when_routes_and_document_disagree(
     document = copy.deepcopy(load_document())
     del document["paths"][drop]
     with pytest.raises(RuntimeError, match=r"routes and openapi\.yaml disagree"):
-        create_app(store, config, contract=Contract(document))
+        create_app(api_state(store, config, contract=Contract(document)))
 
 
 async def _answers(bodies: list[tuple[int, Any]], data_dir: Path) -> list[tuple[int, Any]]:
@@ -71,7 +71,7 @@ async def _answers(bodies: list[tuple[int, Any]], data_dir: Path) -> list[tuple[
         boot = await bootstrap_organization(store, org_name="acme", user_name="alice")
         bob = await add_caller(store, boot.organization.id, "bob", Role.MEMBER)
         await add_caller(store, boot.organization.id, "carol", Role.VIEWER)
-        app = create_app(store, ServerConfig(data_dir=data_dir))
+        app = create_app(api_state(store, ServerConfig(data_dir=data_dir)))
         client = app.test_client()
         org = boot.organization.id
         targets = [

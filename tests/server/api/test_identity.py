@@ -66,3 +66,38 @@ async def test_memberships_list_the_users_own_organizations(
     await assert_api_error(
         await client.get("/users/bob/memberships", headers=callers.admin.headers), 403
     )
+
+
+async def test_another_organizations_user_is_answered_like_an_unknown_name(
+    client: Client, callers: Callers
+) -> None:
+    # Issue 14 finding 11: olga exists (in globex); a key of acme must not learn that from any
+    # lookup by name. Every answer is the same as for a name nobody has, word for word.
+    org = callers.admin.org_id
+    probes = [
+        ("GET", "/users/{name}", None),
+        ("PATCH", "/users/{name}", {"email": "x@example.com"}),
+        ("GET", "/users/{name}/memberships", None),
+        ("GET", f"/organizations/{org}/members/{{name}}", None),
+        ("PATCH", f"/organizations/{org}/members/{{name}}", {"role": "viewer"}),
+        ("DELETE", f"/organizations/{org}/members/{{name}}", None),
+        ("POST", f"/organizations/{org}/apiKeys", {"name": "k", "userName": "{name}"}),
+    ]
+    for method, template, payload in probes:
+        answers = []
+        for name in ("olga", "nobody"):
+            body = (
+                None
+                if payload is None
+                else {k: v.replace("{name}", name) for k, v in payload.items()}
+            )
+            response = await client.open(
+                template.replace("{name}", name),
+                method=method,
+                json=body,
+                headers=callers.admin.headers,
+            )
+            text = (await response.get_data(as_text=True)).replace(name, "NAME")
+            answers.append((response.status_code, text))
+        assert answers[0] == answers[1], (method, template, answers)
+        assert answers[0][0] == 404, (method, template, answers)

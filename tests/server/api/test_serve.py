@@ -11,6 +11,7 @@ import pytest
 import trio
 
 from devyard.client import AsyncClient, AuthenticationError
+from devyard.server.api.app import api_state
 from devyard.server.api.serve import BoundServer, serve_api
 from devyard.server.config import ListenAddress, ServerConfig
 from devyard.server.store import Store
@@ -34,7 +35,9 @@ async def running(
     nursery: trio.Nursery, store: Store, config: ServerConfig
 ) -> AsyncIterator[Running]:
     shutdown = trio.Event()
-    bound = await nursery.start(partial(serve_api, store, config, shutdown_trigger=shutdown.wait))
+    bound = await nursery.start(
+        partial(serve_api, api_state(store, config), shutdown_trigger=shutdown.wait)
+    )
     yield Running(bound=bound, shutdown=shutdown)
     shutdown.set()
 
@@ -56,7 +59,7 @@ async def test_graceful_shutdown_stops_listening(
     shutdown = trio.Event()
     async with trio.open_nursery() as nursery:
         bound: BoundServer = await nursery.start(
-            partial(serve_api, store, config, shutdown_trigger=shutdown.wait)
+            partial(serve_api, api_state(store, config), shutdown_trigger=shutdown.wait)
         )
         async with AsyncClient(bound.base_url) as client:
             assert await client.livez() == "alive"

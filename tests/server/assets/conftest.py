@@ -12,6 +12,7 @@ import httpx
 import pytest
 import trio
 
+from devyard.server.api.app import api_state
 from devyard.server.api.serve import BoundServer, serve_api
 from devyard.server.config import ListenAddress, RateLimitConfig, ServerConfig
 from devyard.server.store import Store
@@ -54,7 +55,9 @@ async def served(
     nursery: trio.Nursery, store: Store, config: ServerConfig
 ) -> AsyncIterator[Served]:
     shutdown = trio.Event()
-    bound = await nursery.start(partial(serve_api, store, config, shutdown_trigger=shutdown.wait))
+    bound = await nursery.start(
+        partial(serve_api, api_state(store, config), shutdown_trigger=shutdown.wait)
+    )
     async with httpx.AsyncClient(timeout=60) as http:
         yield Served(bound=bound, config=config, http=http)
     shutdown.set()

@@ -163,6 +163,7 @@ async def test_an_upload_to_a_deleted_asset_keeps_no_bytes(store: Store, tmp_pat
 async def test_a_serving_api_sweeps_at_start_and_shuts_down_promptly(
     store: Store, clock: Clock, tmp_path: Path
 ) -> None:
+    from devyard.server.api.app import api_state  # noqa: PLC0415
     from devyard.server.api.serve import serve_api  # noqa: PLC0415
     from devyard.server.config import ListenAddress, ServerConfig  # noqa: PLC0415
 
@@ -173,7 +174,9 @@ async def test_a_serving_api_sweeps_at_start_and_shuts_down_promptly(
     shutdown = trio.Event()
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
-            await nursery.start(partial(serve_api, store, config, shutdown_trigger=shutdown.wait))
+            await nursery.start(
+                partial(serve_api, api_state(store, config), shutdown_trigger=shutdown.wait)
+            )
 
             async def gone() -> bool:
                 try:

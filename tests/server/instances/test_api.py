@@ -11,7 +11,7 @@ import trio
 from quart.typing import TestClientProtocol as Client
 from quart_trio import QuartTrio
 
-from devyard.server.api.app import create_app
+from devyard.server.api.app import api_state, create_app
 from devyard.server.config import ServerConfig
 from devyard.server.hosts import InstanceEvent, InstancePhase
 from devyard.server.instances import InstanceService
@@ -48,7 +48,7 @@ async def service(store: Store, registry: RecordingRegistry) -> AsyncIterator[In
 def app(
     store: Store, config: ServerConfig, manual_clock: ManualClock, service: InstanceService
 ) -> QuartTrio:
-    return create_app(store, config, clock=manual_clock, instance_service=service)
+    return create_app(api_state(store, config, clock=manual_clock, instances=service))
 
 
 @pytest.fixture
@@ -67,7 +67,7 @@ async def _create(client: Client, callers: Callers, path: str = "android", **bod
 async def test_no_hosts_is_a_clear_409_and_nothing_stuck(
     store: Store, config: ServerConfig, callers: Callers
 ) -> None:
-    client = create_app(store, config).test_client()  # the default: no hosts
+    client = create_app(api_state(store, config)).test_client()  # the default: no hosts
     response = await client.post("/v1/ios_instances", json={}, headers=callers.member.headers)
     body = await assert_api_error(response, 409, "no host")
     assert body["reason"] == "no_capacity"
@@ -262,3 +262,27 @@ async def test_ios_models_and_iphone_duo_only_where_enabled(
     assert duo["spec"]["model"] == "iphone-duo"
     android = await _create(client, callers, "android", spec={"model": "pixel"})
     assert android["spec"]["model"] == "pixel", "Android models are the drivers' to judge"
+
+
+@pytest.mark.parametrize(
+    ("platform", "streamed"),
+    [("ios", True), ("android", True), ("xcode", False), ("gradle", False)],
+)
+async def test_a_stream_token_only_where_there_is_a_stream(
+    client: Client, callers: Callers, service: InstanceService, platform: str, streamed: bool
+) -> None:
+    # Spec 2.1: streamToken and signedStreamUrl are iOS and Android fields.
+    created = await _create(client, callers, path=platform)
+    iid = created["metadata"]["id"]
+    assert created["status"]["token"]
+    assert ("streamToken" in created["status"]) is streamed
+    await service.on_instance_event("h1", InstanceEvent(iid, InstancePhase.READY))
+    path = f"/v1/{platform}_instances/{iid}"
+    status = (await (await client.get(path, headers=callers.member.headers)).get_json())["status"]
+    assert status["state"] == "ready" and status["token"] and status["apiUrl"]
+    assert ("streamToken" in status) is streamed
+    assert ("signedStreamUrl" in status) is streamed
+    listed = await (
+        await client.get(f"/v1/{platform}_instances", headers=callers.member.headers)
+    ).get_json()
+    assert [("streamToken" in item["status"]) for item in listed["items"]] == [streamed]

@@ -11,7 +11,6 @@ import pytest
 from quart.typing import TestClientProtocol as Client
 from quart_trio import QuartTrio
 
-from devyard.server.api.routes.tunnels import TUNNELS_KEY
 from devyard.server.secret_scanning import AUDIT_KIND, KEY_ID_HEADER, SIGNATURE_HEADER
 from devyard.server.store import Store, tokens
 from devyard.server.store.base import InstanceState, Platform
@@ -79,8 +78,7 @@ async def test_reported_scoped_tunnel_instance_and_stream_tokens_are_revoked(
         "/v1/scoped_tokens", json={"scopes": ["device:*:install"]}, headers=admin.headers
     )
     scoped = (await minted.get_json())["token"]
-    tunnels = app.extensions[TUNNELS_KEY]
-    assert isinstance(tunnels, TunnelService)
+    tunnels = TunnelService(store)  # store-backed: the same tunnels the app's service sees
     _, tunnel_token = await tunnels.create(admin.org_id, "corp", ["localhost:3000"])
     instance_token = tokens.new_secret("dyi").plaintext
     stream_token = tokens.new_secret("dys").plaintext

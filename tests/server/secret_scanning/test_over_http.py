@@ -12,6 +12,7 @@ import pytest
 import trio
 
 from devyard.client import AsyncClient, AuthenticationError
+from devyard.server.api.app import api_state
 from devyard.server.api.serve import BoundServer, serve_api
 from devyard.server.config import ListenAddress, ServerConfig
 from devyard.server.store import Store
@@ -32,7 +33,7 @@ async def test_a_signed_report_over_http_revokes_the_key(
     shutdown = trio.Event()
     async with trio.open_nursery() as nursery:
         bound: BoundServer = await nursery.start(
-            partial(serve_api, store, config, shutdown_trigger=shutdown.wait)
+            partial(serve_api, api_state(store, config), shutdown_trigger=shutdown.wait)
         )
         async with httpx.AsyncClient(base_url=bound.base_url) as http:
             headers = {"Content-Type": "application/json", **signer.headers(body)}

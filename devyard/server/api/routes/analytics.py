@@ -14,7 +14,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
@@ -23,7 +23,7 @@ from quart import Blueprint, Response, jsonify
 
 from ...store.base import BucketSize, UsageBucket, UsageFilter, UsageRecord
 from .._errors import BadRequest
-from ..context import params, principal, state
+from ..context import int_param, principal, state, str_param
 from ..views import timestamp
 
 __all__ = ["blueprint", "fill_buckets", "floor_bucket"]
@@ -88,11 +88,12 @@ def _labels(text: str | None) -> dict[str, str]:
     return labels
 
 
-def usage_query(query: Mapping[str, object]) -> UsageQuery:
+def usage_query(query: Callable[[str], str | None]) -> UsageQuery:
+    """The bounds and labels of the request, read through *query* (``str_param``)."""
     bounds: dict[str, datetime] = {}
     echo: dict[str, str] = {}
     for name, field in _BOUNDS:
-        text = query.get(name)
+        text = query(name)
         if text is None:
             continue
         value = _instant(name, str(text))
@@ -104,7 +105,7 @@ def usage_query(query: Mapping[str, object]) -> UsageQuery:
             " stoppedAt[gte], stoppedAt[lte], from or to",
             reason="missing_parameter",
         )
-    labels = _labels(None if query.get("labels") is None else str(query["labels"]))
+    labels = _labels(query("labels"))
     return UsageQuery(usage_filter=UsageFilter(**bounds, labels=labels), echo=echo)
 
 
@@ -166,8 +167,8 @@ def _usage_view(record: UsageRecord) -> dict[str, Any]:
 @blueprint.get("/v1/analytics")
 async def get_analytics() -> Response:
     caller = principal()
-    query = usage_query(params())
-    size = BucketSize(str(params()["bucket"]))
+    query = usage_query(str_param)
+    size = BucketSize(str_param("bucket") or BucketSize.DAY)
     found = await state().store.usage_buckets(caller.org_id, query.usage_filter, size)
     buckets = fill_buckets(found, query.start_range, size)
     return jsonify(
@@ -184,14 +185,14 @@ async def get_analytics() -> Response:
 @blueprint.get("/v1/analytics/instances")
 async def list_instance_analytics() -> Response:
     caller = principal()
-    query = usage_query(params())
-    limit = min(MAX_PAGE, int(params()["limit"]))  # type: ignore[call-overload]
-    after = params().get("startingAfter")
+    query = usage_query(str_param)
+    limit = min(MAX_PAGE, int_param("limit"))
+    after = str_param("startingAfter")
     found = await state().store.list_usage(
         caller.org_id,
         query.usage_filter,
         limit=limit + 1,
-        starting_after=None if after is None else str(after),
+        starting_after=after,
     )
     return jsonify(
         {

@@ -15,9 +15,9 @@ from ...store import tokens
 from ...store.base import ApiKey, Role
 from .._errors import NotFound
 from ..auth import Principal, require_role, role_at_least
-from ..context import body, params, same_organization, state
+from ..context import body, bool_param, same_organization, state
+from ..members import visible_user
 from ..views import api_key_view
-from .identity import visible_user
 
 __all__ = ["blueprint"]
 
@@ -44,7 +44,7 @@ async def list_api_keys(organizationId: str) -> Response:
     keys = await state().store.list_api_keys(
         caller.org_id,
         user_id=None if _is_admin(caller) else caller.user_id,
-        include_revoked=bool(params()["includeRevoked"]),
+        include_revoked=bool_param("includeRevoked"),
     )
     return jsonify([api_key_view(k) for k in keys])
 

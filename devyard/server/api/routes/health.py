@@ -10,6 +10,7 @@ from quart import Blueprint, Response, jsonify
 from ...store import errors as store_errors
 from .._errors import InternalError, NotFound
 from ..context import body, request_input, state
+from ..views import base_url
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +42,7 @@ async def openapi_json() -> Response:
 
 @blueprint.get("/regions")
 async def list_regions() -> Response:
-    config = state().config
-    return jsonify([{"name": config.region, "url": config.base_url}])
+    return jsonify([{"name": state().config.region, "url": base_url()}])
 
 
 @blueprint.get("/plans/<planTid>")

@@ -1,6 +1,7 @@
 """The caller and the users it can see (spec 4.4: whoami, users, a user's memberships).
 
-A key sees the users of its own organization; any other user name is 404. A user's own
+A key sees the users of its own organization; any other user name is 404, the same answer
+for a user of another organization as for a name nobody has (`members.visible_user`). A user's own
 record and organizations are changed and listed only by that user (403 for the others).
 """
 
@@ -10,25 +11,15 @@ from quart import Blueprint, Response, jsonify
 
 from ...store import errors as store_errors
 from ...store.base import UNSET, Unset, User
-from .._errors import Conflict, Forbidden, NotFound
+from .._errors import Conflict, Forbidden
 from ..auth import Principal
 from ..context import body, principal, state
+from ..members import visible_user
 from ..views import organization_view, user_view, whoami_view
 
-__all__ = ["blueprint", "visible_user"]
+__all__ = ["blueprint"]
 
 blueprint = Blueprint("identity", __name__)
-
-
-async def visible_user(caller: Principal, name: str) -> User:
-    """The user called *name* if it is a member of the caller's organization, else 404."""
-    store = state().store
-    try:
-        user = await store.get_user_by_name(name)
-        await store.get_membership(caller.org_id, user.id)
-    except store_errors.NotFound:
-        raise NotFound(f"user {name!r} not found") from None
-    return user
 
 
 def _require_self(caller: Principal, user: User, what: str) -> None:

@@ -12,6 +12,7 @@ from typing import Any, Final
 import trio
 from quart import Blueprint, Response, jsonify, request
 
+from ...blobs import InitialAssetError, InitialAssetProblem
 from ...hosts import TunnelRejected
 from ...instances import (
     DurationTooLong,
@@ -24,16 +25,16 @@ from ...instances.placement import ModelNotAllowed, check_model
 from ...store import errors as store_errors
 from ...store.base import Instance, InstanceState, Platform, Role
 from .._errors import (
+    APIError,
     BadRequest,
-    Conflict,
     NotFound,
+    RetryableConflict,
     Unprocessable,
     from_tunnel_rejected,
 )
 from ..auth import Principal, role_at_least
-from ..context import body, params, principal, state
-from ..views import timestamp
-from .assets import resolve_initial_assets
+from ..context import body, bool_param, int_param, principal, state, str_param
+from ..views import base_url, timestamp
 
 __all__ = ["blueprint", "instance_view"]
 
@@ -46,6 +47,8 @@ WAIT_MARGIN: Final = 5.0  # answer this long before the client's announced timeo
 # read timeout (``x-stainless-read-timeout: 300.0``), the TypeScript SDK ``X-Stainless-Timeout``.
 _UNKNOWN_STATE: Final = "unknown"
 _TIMEOUT_HEADERS: Final = ("X-Stainless-Read-Timeout", "X-Stainless-Timeout")
+# Platforms whose instances have a screen stream (spec 2.1: streamToken, signedStreamUrl).
+_STREAMED: Final = frozenset({Platform.IOS, Platform.ANDROID})
 
 
 def _can_control(caller: Principal) -> bool:
@@ -56,7 +59,7 @@ def _urls(instance: Instance, base: str) -> dict[str, str]:
     http = f"{base}/v1/instances/{instance.id}"
     ws = "ws" + http.removeprefix("http")
     urls = {"apiUrl": f"{http}/api"}
-    if instance.platform in (Platform.IOS, Platform.ANDROID):
+    if instance.platform in _STREAMED:
         urls["endpointWebSocketUrl"] = f"{ws}/endpoint"
         urls["signedStreamUrl"] = f"{http}/watch?token={instance.stream_token}"
         urls["mcpUrl"] = f"{http}/mcp"
@@ -84,7 +87,8 @@ def instance_view(instance: Instance, *, base_url: str, show_tokens: bool) -> di
         status["terminationReason"] = instance.termination_reason.value
     if show_tokens and instance.live and instance.token is not None:
         status["token"] = instance.token
-        status["streamToken"] = instance.stream_token
+        if instance.platform in _STREAMED:
+            status["streamToken"] = instance.stream_token
     if instance.state is InstanceState.READY:
         status.update(_urls(instance, base_url))
     # The spec as stored, plus the region that handles it (the SDKs' models require
@@ -94,13 +98,8 @@ def instance_view(instance: Instance, *, base_url: str, show_tokens: bool) -> di
     return {"id": instance.id, "metadata": metadata, "spec": spec, "status": status}
 
 
-def _base_url() -> str:
-    public = state().config.public_url
-    return public.rstrip("/") if public is not None else request.host_url.rstrip("/")
-
-
 def _respond(caller: Principal, instance: Instance) -> Response:
-    return jsonify(instance_view(instance, base_url=_base_url(), show_tokens=_can_control(caller)))
+    return jsonify(instance_view(instance, base_url=base_url(), show_tokens=_can_control(caller)))
 
 
 def _platform() -> Platform:
@@ -125,12 +124,18 @@ def _wait_budget() -> float:
 
 async def _visible(caller: Principal, platform: Platform, instance_id: str) -> Instance:
     try:
-        instance = await state().instances.store.get_instance(instance_id, org_id=caller.org_id)
+        return await state().instances.get(caller.org_id, platform, instance_id)
     except store_errors.NotFound:
-        instance = None
-    if instance is None or instance.platform is not platform:
-        raise NotFound(f"instance {instance_id!r} not found")
-    return instance
+        raise NotFound(f"instance {instance_id!r} not found") from None
+
+
+async def _initial_assets(org_id: str, platform: Platform, spec: dict[str, Any]) -> tuple[Any, ...]:
+    try:
+        return await state().assets.resolve_initial_assets(
+            org_id, platform.value, spec, base_url=base_url()
+        )
+    except InitialAssetError as exc:
+        raise _INITIAL_ASSET_ERRORS[exc.problem](exc.message) from exc
 
 
 async def create_instance() -> Response:
@@ -143,9 +148,7 @@ async def create_instance() -> Response:
         display_name=metadata.get("displayName"),
         spec=dict(data.get("spec", {})),
         client_ip=request.remote_addr,
-        initial_assets=await resolve_initial_assets(
-            caller.org_id, _platform().value, data.get("spec", {})
-        ),
+        initial_assets=await _initial_assets(caller.org_id, _platform(), data.get("spec", {})),
     )
     service = state().instances
     try:
@@ -154,9 +157,7 @@ async def create_instance() -> Response:
             new.spec.get("model"),
             iphone_duo_enabled=caller.organization.settings.iphone_duo_enabled,
         )
-        instance = await service.create(
-            caller.organization, new, reuse=bool(params()["reuseIfExists"])
-        )
+        instance = await service.create(caller.organization, new, reuse=bool_param("reuseIfExists"))
     except DurationTooLong as exc:
         raise Unprocessable(str(exc), reason="duration_too_long") from exc
     except InvalidDuration as exc:
@@ -168,12 +169,13 @@ async def create_instance() -> Response:
     except TunnelRejected as exc:
         raise from_tunnel_rejected(exc) from exc
     except NoCapacity as exc:
-        # 409, not 503: the server is fine, the fleet is full (clients retry 409 with backoff).
-        raise Conflict(str(exc), reason="no_capacity") from exc
-    if params()["wait"] and instance.live and instance.state is not InstanceState.READY:
+        # 409, not 503: the server is fine, the fleet is full (clients retry 409 with backoff,
+        # at least Retry-After).
+        raise RetryableConflict(str(exc), reason="no_capacity") from exc
+    if bool_param("wait") and instance.live and instance.state is not InstanceState.READY:
         with trio.move_on_after(_wait_budget()):
             await service.wait_ready(instance.id)
-        instance = await service.store.get_instance(instance.id)
+        instance = await service.get(caller.org_id, instance.platform, instance.id)
     return _respond(caller, instance)
 
 
@@ -189,35 +191,33 @@ def _selector(text: str | None) -> dict[str, str]:
 
 async def list_instances() -> Response:
     caller = principal()
-    query = params()
-    limit = min(MAX_PAGE, int(query["limit"]))  # type: ignore[call-overload]
-    states_text = query.get("state")
+    limit = min(MAX_PAGE, int_param("limit"))
+    states_text = str_param("state")
     # ``unknown`` is a state the SDKs may filter on; no stored instance is ever in it.
     states = (
-        frozenset(InstanceState(s) for s in str(states_text).split(",") if s != _UNKNOWN_STATE)
+        frozenset(InstanceState(s) for s in states_text.split(",") if s != _UNKNOWN_STATE)
         if states_text
         else None
     )
-    after, before = query.get("startingAfter"), query.get("endingBefore")
-    region = query.get("region")
+    after, before = str_param("startingAfter"), str_param("endingBefore")
     found = (
         []
         if states is not None and not states
-        else await state().instances.store.list_instances(
+        else await state().instances.list(
             caller.org_id,
             _platform(),
-            labels=_selector(query.get("labelSelector")),  # type: ignore[arg-type]
+            labels=_selector(str_param("labelSelector")),
             states=states,
-            region=None if region is None else str(region),
+            region=str_param("region"),
             limit=limit + 1,
-            starting_after=None if after is None else str(after),
-            ending_before=None if before is None else str(before),
+            starting_after=after,
+            ending_before=before,
         )
     )
     has_more = len(found) > limit
     if has_more:
         found = found[1:] if before is not None and after is None else found[:limit]
-    base, show = _base_url(), _can_control(caller)
+    base, show = base_url(), _can_control(caller)
     items = [instance_view(i, base_url=base, show_tokens=show) for i in found]
     return jsonify({"items": items, "hasMore": has_more})
 
@@ -241,3 +241,12 @@ for _platform_value in Platform:
     blueprint.add_url_rule(_path, f"list_{_name}", list_instances, methods=["GET"])
     blueprint.add_url_rule(f"{_path}/<id>", f"get_{_name}", get_instance, methods=["GET"])
     blueprint.add_url_rule(f"{_path}/<id>", f"delete_{_name}", delete_instance, methods=["DELETE"])
+
+
+_INITIAL_ASSET_ERRORS: Final[dict[InitialAssetProblem, type[APIError]]] = {
+    InitialAssetProblem.MISSING_FIELD: BadRequest,
+    InitialAssetProblem.NOT_FOUND: NotFound,
+    InitialAssetProblem.NO_BYTES: Unprocessable,
+    InitialAssetProblem.WRONG_PLATFORM: Unprocessable,
+    InitialAssetProblem.NOT_INSTALLABLE: Unprocessable,
+}

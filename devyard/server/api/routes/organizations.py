@@ -12,9 +12,10 @@ from quart import Blueprint, Response, jsonify
 
 from ...store import errors as store_errors
 from ...store.base import FeedbackKind, Member, Role
-from .._errors import Conflict, NotFound, Unprocessable
+from .._errors import Conflict, Unprocessable
 from ..auth import Principal
 from ..context import body, same_organization, state
+from ..members import visible_member
 from ..views import member_view, organization_view
 
 __all__ = ["blueprint"]
@@ -66,13 +67,7 @@ async def delete_organization(organizationId: str) -> Response:
 
 
 async def _member(caller: Principal, user_name: str) -> Member:
-    store = state().store
-    try:
-        user = await store.get_user_by_name(user_name)
-        membership = await store.get_membership(caller.org_id, user.id)
-    except store_errors.NotFound:
-        raise NotFound(f"member {user_name!r} not found") from None
-    return Member(user=user, role=membership.role)
+    return await visible_member(caller, user_name)
 
 
 async def _keep_an_admin(caller: Principal, member: Member, what: str) -> None:

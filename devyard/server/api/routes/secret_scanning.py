@@ -17,45 +17,33 @@ is acted on unless the signature holds. Answers:
 ``GET /organizations/{organizationId}/auditEvents`` (admins) is where the organization reads
 what was done: one ``token_leaked`` event per revoked credential.
 
-The key ring lives on the app (one per app, created at the first report), so its cache and
-cooldown hold across requests.
+The key ring lives in the API's state (one per app), so its cache and cooldown hold across
+requests.
 """
 
 from __future__ import annotations
 
-from quart import Blueprint, Response, current_app, jsonify, request
+from quart import Blueprint, Response, jsonify, request
 
 from ...edge import HOST_TOKENS_FILE, HostTokens
 from ...secret_scanning import (
     KEY_ID_HEADER,
     SIGNATURE_HEADER,
-    KeyRing,
     LeakResponder,
     ReportError,
     SignatureError,
     SignatureReason,
     parse_reports,
 )
-from ...tunnels import TunnelService
 from .._errors import BadRequest, Forbidden, Unavailable
-from ..context import params, same_organization, state
+from ..context import int_param, same_organization, state
 from ..views import timestamp
-from .tunnels import TUNNELS_KEY
 
-__all__ = ["KEY_RING_KEY", "blueprint"]
+__all__ = ["blueprint"]
 
 blueprint = Blueprint("secret_scanning", __name__)
 
-KEY_RING_KEY = "devyard.secret_scanning.keys"
 _RETRY_AFTER = 60.0
-
-
-def _key_ring() -> KeyRing:
-    ring = current_app.extensions.get(KEY_RING_KEY)
-    if not isinstance(ring, KeyRing):
-        ring = KeyRing(state().config.secret_scanning_keys_url)
-        current_app.extensions[KEY_RING_KEY] = ring
-    return ring
 
 
 def _refusal(exc: SignatureError) -> Exception:
@@ -69,7 +57,7 @@ async def github_revoke() -> Response:
     raw = await request.get_data(as_text=False)
     body = raw if isinstance(raw, bytes) else raw.encode()
     try:
-        await _key_ring().verify(
+        await state().key_ring.verify(
             body, request.headers.get(KEY_ID_HEADER), request.headers.get(SIGNATURE_HEADER)
         )
     except SignatureError as exc:
@@ -79,11 +67,9 @@ async def github_revoke() -> Response:
     except ReportError as exc:
         raise BadRequest(str(exc)) from None
     api = state()
-    tunnels = current_app.extensions[TUNNELS_KEY]
-    assert isinstance(tunnels, TunnelService)
     responder = LeakResponder(
         api.store,
-        tunnels=tunnels,
+        tunnels=api.tunnels,
         instances=api.instances,
         host_tokens=HostTokens(api.config.data_dir / HOST_TOKENS_FILE),
     )
@@ -97,8 +83,8 @@ async def github_revoke() -> Response:
 @blueprint.get("/organizations/<organizationId>/auditEvents")
 async def list_audit_events(organizationId: str) -> Response:
     caller = same_organization(organizationId)
-    limit = params()["limit"]
-    assert isinstance(limit, int)
+    limit = int_param("limit")
+    assert limit is not None  # the contract gives it a default
     events = await state().store.list_audit_events(caller.org_id, limit=limit)
     return jsonify(
         [

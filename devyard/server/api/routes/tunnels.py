@@ -8,30 +8,24 @@ joins the stored tunnel with what the edge knows now (online, active connector, 
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any
 
-from quart import Blueprint, Response, current_app, jsonify
+from quart import Blueprint, Response, jsonify
 
 from ...store import errors as store_errors
 from ...store.base import Tunnel
 from ...tunnels import ConnectorInfo, InvalidTunnelField, TunnelService, TunnelStatus
-from .._errors import BadRequest, Conflict, InternalError, NotFound
-from ..context import body, params, principal
+from .._errors import BadRequest, Conflict, NotFound
+from ..context import body, int_param, principal, state
 from ..views import timestamp
 
-__all__ = ["TUNNELS_KEY", "blueprint", "tunnel_view"]
+__all__ = ["blueprint", "tunnel_view"]
 
 blueprint = Blueprint("tunnels", __name__)
 
-#: Where `create_app` puts the `TunnelService` in ``app.extensions``.
-TUNNELS_KEY: Final = "devyard.tunnels"
-
 
 def _service() -> TunnelService:
-    service = current_app.extensions.get(TUNNELS_KEY)
-    if not isinstance(service, TunnelService):
-        raise InternalError("the tunnels service is not installed")
-    return service
+    return state().tunnels
 
 
 def _connector_view(info: ConnectorInfo) -> dict[str, Any]:
@@ -128,8 +122,7 @@ async def delete_tunnel(tunnelName: str) -> Response:
 @blueprint.post("/v1/tunnels/<tunnelName>/rotate")
 async def rotate_tunnel_token(tunnelName: str) -> Response:
     caller = principal()
-    months = params()["tokenExpiryMonths"]
-    assert isinstance(months, int)
+    months = int_param("tokenExpiryMonths")
     try:
         tunnel, token = await _service().rotate(caller.org_id, tunnelName, expiry_months=months)
     except InvalidTunnelField as exc:
