@@ -5,7 +5,8 @@ Python relay reaches on this machine.
     python -m bench._trio_proxy exit --sink HOST:PORT       # each carrier connection -> sink
 
 No multiplexing: each accepted connection gets its own connection to the next hop, and bytes
-are copied with `receive_some` / `send_all` of up to BUFFER bytes, half-close propagated.
+are copied with `receive_some` / `send_all` of up to BUFFER bytes, half-close propagated:
+`devyard.core.splice`'s pump between two TCP sockets, with its read size.
 """
 
 from __future__ import annotations
@@ -25,8 +26,10 @@ from bench._child import (
     run_with_lifeline,
     serve,
 )
+from devyard.core.splice import _CHUNK
 
-BUFFER: Final = 256 * 1024  # the read size of devyard.core.splice: like for like
+#: One read, and so at most one write: the read size of devyard.core.splice (like for like).
+BUFFER: Final = _CHUNK
 
 
 async def _pump(src: trio.SocketStream, dst: trio.SocketStream) -> None:

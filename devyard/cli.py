@@ -10,9 +10,10 @@
 This is the edge where configuration is read: flags, ``os.environ`` and an optional file
 become one frozen config value, passed down. Subcommands live in their packages and are
 imported when the parser is built only as thin argparse declarations; each command's real
-work (the web stack, the database drivers, trio) is imported when it runs. A package that
-adds commands (the connector, the host daemon) exposes ``add_commands(subparsers)`` and is
-listed in ``_COMMAND_MODULES``.
+work (the web stack, the database drivers, the host daemon, the HTTP client) is imported when
+it runs, so every command parses in any install and runs in one with its extra
+(``_EXTRAS``; tests/e2e/test_packaging.py). A package that adds commands (the connector, the
+host daemon) exposes ``add_commands(subparsers)`` and is listed in ``_COMMAND_MODULES``.
 """
 
 from __future__ import annotations
@@ -43,6 +44,16 @@ _COMMAND_MODULES: Final = (
     "devyard.hostd.commands",
     "devyard.connector.commands",
 )
+
+# What a command needs beyond `pip install devyard` (the connector): pyproject's extras.
+_EXTRAS: Final[Mapping[str, str]] = {
+    "up": "server,hostd",
+    "server": "server",
+    "admin": "server",
+    "hostd": "hostd",
+    "connector quick": "client",
+}
+_CLIENT_EXTRA: Final = "client"  # every other command outside the connector calls the API
 
 Sub: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
@@ -193,12 +204,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _extra_of(args: argparse.Namespace) -> str | None:
+    if args.command == "connector":
+        return _EXTRAS.get(f"connector {args.connector_command}")
+    return _EXTRAS.get(args.command, _CLIENT_EXTRA)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         code: int = args.run(args, os.environ)
     except KeyboardInterrupt:
         return 130
+    except ModuleNotFoundError as exc:
+        extra = _extra_of(args)
+        if extra is None or (exc.name or "devyard").partition(".")[0] == "devyard":
+            raise
+        print(
+            f"devyard {args.command}: error: {exc}; this command needs devyard[{extra}]: "
+            f"pip install 'devyard[{extra}]'",
+            file=sys.stderr,
+        )
+        return 1
     return code
 
 

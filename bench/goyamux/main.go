@@ -38,7 +38,8 @@ import (
 	"github.com/hashicorp/yamux"
 )
 
-const ioBuffer = 256 << 10
+// ioBuffer is _CHUNK of devyard/core/splice.py (1 MiB): every path copies in pieces of one size.
+const ioBuffer = 1 << 20
 
 var outMu sync.Mutex
 
@@ -519,12 +520,12 @@ func halfClose(c net.Conn) {
 	_ = c.Close()
 }
 
-// copyBuffers recycles splice's buffers: a fresh 256 KiB buffer per direction per stream
+// copyBuffers recycles splice's buffers: a fresh 1 MiB buffer per direction per stream
 // would cost every short-lived stream two zeroed allocations.
 var copyBuffers = sync.Pool{New: func() interface{} { return make([]byte, ioBuffer) }}
 
 // splice copies both ways, propagating half-close, and closes both once both directions end.
-// It copies ioBuffer (256 KiB) at a time, the read size of devyard.core.splice and of the
+// It copies ioBuffer (1 MiB) at a time, the read size of devyard.core.splice and of the
 // trio_proxy path, so that every path moves data in pieces of the same size.
 func splice(a, b net.Conn) {
 	var wg sync.WaitGroup

@@ -2,7 +2,12 @@
 
 async with AsyncClient("http://127.0.0.1:8080", api_key) as client:   # under trio
     me = await client.whoami()
+
+The client itself (httpx) loads on first use of ``AsyncClient`` and its kin, so the CLI's
+argparse declarations under this package import in an install without the [client] extra.
 """
+
+from typing import TYPE_CHECKING
 
 from ._errors import (
     APIError,
@@ -18,7 +23,6 @@ from ._errors import (
     TransportError,
     UnprocessableError,
 )
-from .client import DEFAULT_TIMEOUT, UNSET, AsyncClient, RetryPolicy
 from .models import (
     ApiKey,
     CreatedApiKey,
@@ -31,6 +35,20 @@ from .models import (
     User,
     WhoAmI,
 )
+
+if TYPE_CHECKING:
+    from .client import DEFAULT_TIMEOUT, UNSET, AsyncClient, RetryPolicy
+
+_FROM_CLIENT = frozenset({"DEFAULT_TIMEOUT", "UNSET", "AsyncClient", "RetryPolicy"})
+
+
+def __getattr__(name: str) -> object:
+    if name in _FROM_CLIENT:
+        from . import client  # noqa: PLC0415 - httpx, only for who uses the client
+
+        return getattr(client, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "DEFAULT_TIMEOUT",

@@ -34,26 +34,38 @@ from collections import deque
 from typing import Final
 
 __all__ = [
+    "A_AUTH",
     "A_CLSE",
     "A_CNXN",
     "A_OKAY",
+    "A_OPEN",
     "A_STLS",
+    "A_SYNC",
+    "A_VERSION",
     "A_WRTE",
     "DEFAULT_WINDOW",
+    "HEADER",
     "HEADER_SIZE",
     "Buffer",
     "PreAcker",
     "encode_header",
 ]
 
+# The ADB wire header, defined here once (hostd's device side, devyard.hostd.adb.packets,
+# builds its Command enum and codec on these): six little-endian u32
+#     command | arg0 | arg1 | data_length | data_check | magic (= command ^ 0xffffffff)
+A_SYNC: Final = 0x434E5953
 A_CNXN: Final = 0x4E584E43
+A_AUTH: Final = 0x48545541
+A_OPEN: Final = 0x4E45504F
 A_OKAY: Final = 0x59414B4F
 A_CLSE: Final = 0x45534C43
 A_WRTE: Final = 0x45545257
 A_STLS: Final = 0x534C5453
+A_VERSION: Final = 0x01000001  # hosts since 2017: no checksums
 
-_HEADER: Final = struct.Struct("<6I")
-HEADER_SIZE: Final = _HEADER.size  # 24
+HEADER: Final = struct.Struct("<6I")
+HEADER_SIZE: Final = HEADER.size  # 24
 #: A payload longer than this is not ADB (adb offers 1 MiB at most): stop watching.
 MAX_SANE_PAYLOAD: Final = 16 * 1024 * 1024
 #: A CNXN banner longer than this is not one: stop watching.
@@ -66,7 +78,7 @@ Buffer = bytes | bytearray | memoryview
 
 def encode_header(command: int, arg0: int, arg1: int, length: int = 0) -> bytes:
     """A header with a zero checksum (hosts since 2017 neither send nor check it)."""
-    return _HEADER.pack(command, arg0, arg1, length, 0, command ^ 0xFFFF_FFFF)
+    return HEADER.pack(command, arg0, arg1, length, 0, command ^ 0xFFFF_FFFF)
 
 
 def advertises_delayed_ack(banner: bytes) -> bool:
@@ -247,7 +259,7 @@ class PreAcker:
             keep = self._on_remote_header(header)
             if split:  # its first bytes came in an earlier read and were held back
                 if keep:
-                    out.append(_HEADER.pack(*header))
+                    out.append(HEADER.pack(*header))
                 run = pos
             elif not keep:
                 if run < start:
@@ -351,13 +363,13 @@ class PreAcker:
         """The next header from `pos` (completing one held in `sc.head`), or None if the
         read ends inside it (its bytes are then kept in `sc.head`)."""
         if not sc.head and len(view) - pos >= HEADER_SIZE:
-            return _HEADER.unpack_from(view, pos), pos + HEADER_SIZE
+            return HEADER.unpack_from(view, pos), pos + HEADER_SIZE
         take = min(HEADER_SIZE - len(sc.head), len(view) - pos)
         sc.head += view[pos : pos + take]
         pos += take
         if len(sc.head) < HEADER_SIZE:
             return None, pos
-        header = _HEADER.unpack(sc.head)
+        header = HEADER.unpack(sc.head)
         sc.head.clear()
         return header, pos
 

@@ -25,17 +25,29 @@ def _parse_link(text: str) -> str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _parse_network(text: str) -> str:
+    from .netpolicy import parse_networks  # noqa: PLC0415
+
+    try:
+        parse_networks([text])
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def _run_hostd(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     import trio  # noqa: PLC0415
 
     from .daemon import HostdConfig, run_hostd  # noqa: PLC0415
+    from .netpolicy import NetPolicy, parse_networks  # noqa: PLC0415
 
     try:
         token = Path(args.token_file).read_text().strip()
     except OSError as exc:
         print(f"devyard hostd: error: cannot read the token file: {exc}", file=sys.stderr)
         return 2
-    from .drivers import drivers_by_name  # noqa: PLC0415
+    from .drivers import InvalidSpecError, drivers_by_name  # noqa: PLC0415
+    from .drivers.emulator import EmulatorConfig  # noqa: PLC0415
 
     drivers = tuple(d.strip() for d in args.drivers.split(",") if d.strip())
     if len(drivers) != 1 or drivers[0] not in drivers_by_name():
@@ -45,6 +57,13 @@ def _run_hostd(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     if args.capacity < 1:
         print("devyard hostd: error: --capacity must be at least 1", file=sys.stderr)
         return 2
+    emulator = None
+    if drivers[0] == "android-emulator":
+        try:  # the environment is read here, at the edge, and handed down
+            emulator = EmulatorConfig.from_env(env)
+        except InvalidSpecError as exc:
+            print(f"devyard hostd: error: {exc}", file=sys.stderr)
+            return 2
     logging.basicConfig(
         level=getattr(logging, args.log_level.upper()),
         stream=sys.stderr,
@@ -58,6 +77,8 @@ def _run_hostd(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         capacity=args.capacity,
         drivers=drivers,
         link=args.link,
+        emulator=emulator,
+        net_policy=NetPolicy(allow=parse_networks(args.allow_network)),
     )
     return trio.run(lambda: run_hostd(config, err=sys.stderr))
 
@@ -85,6 +106,15 @@ def add_commands(sub: Sub) -> None:
     hostd.add_argument("--drivers", default="virtual", help="virtual (default) or android-emulator")
     hostd.add_argument(
         "--data-dir", default=DEFAULT_HOSTD_DATA_DIR, metavar="DIR", help="instance sandboxes"
+    )
+    hostd.add_argument(
+        "--allow-network",
+        action="append",
+        default=[],
+        type=_parse_network,
+        metavar="CIDR",
+        help="a private network devices may dial and initial apps may come from (repeatable; "
+        "by default only public addresses: docs/tunnels.md 'Egress')",
     )
     hostd.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     hostd.set_defaults(run=_run_hostd)

@@ -40,7 +40,10 @@ from ..core.link import (
 )
 from ..core.transports import link_url
 from .drivers import DriverOpener, Platform, drivers_by_name
+from .drivers.emulator import EmulatorConfig
 from .endpoints import serve_streams
+from .netpolicy import NetPolicy
+from .sandboxes import prepare_data_dir
 from .supervisor import LinkDown, Supervisor
 
 log = logging.getLogger(__name__)
@@ -90,6 +93,8 @@ class HostdConfig:
     hostname: str = attrs.field(factory=socket.gethostname)
     backoff_base: float = 1.0
     link: str | None = None  # --link: a raw link port (tcp:// or tls://) or a WebSocket base
+    emulator: EmulatorConfig | None = None  # the android-emulator driver's (the CLI loads it)
+    net_policy: NetPolicy = attrs.field(factory=NetPolicy)  # --allow-network: netpolicy.py
 
     @property
     def link_url(self) -> str:
@@ -139,7 +144,7 @@ class _EgressOverLink:
 
 
 def _openers(config: HostdConfig) -> dict[Platform, DriverOpener]:
-    known = drivers_by_name()
+    known = drivers_by_name(emulator=config.emulator)
     return {
         platform: known[name]
         for platform, name in config.drivers_by_platform.items()
@@ -157,6 +162,7 @@ async def serve_hostd(
     (`PermanentLinkError`)."""
     shutdown = trio.Event() if shutdown is None else shutdown
     egress = _EgressOverLink()
+    await trio.to_thread.run_sync(prepare_data_dir, config.data_dir)  # 0700, no stale sandboxes
     try:
         async with trio.open_nursery() as nursery:
             supervisor = Supervisor(
@@ -165,6 +171,8 @@ async def serve_hostd(
                 capacity=config.capacity,
                 drivers=_openers(config),
                 egress=egress,
+                net_policy=config.net_policy,
+                server_url=config.server_url,
             )
             task_status.started(supervisor)
             try:

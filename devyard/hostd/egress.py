@@ -1,89 +1,78 @@
 """A tunnel-attached instance's way out: an HTTP CONNECT and SOCKS5 proxy on one loopback port.
 
-Each instance on a tunnel gets its own `EgressProxy` (docs/tunnels.md "Egress"). The device's
-network is pointed at it (Android: the global ``http_proxy`` setting, which real apps and the
-virtual device's ``curl`` / ``nc`` honour). A destination that matches the tunnel's selectors
-goes through the tunnel — an ``egress`` stream to the edge, which relays it to the connector
-(docs/protocol.md 6) — and anything else is dialled directly from the host, like a device on
-an ordinary network. The selectors are the ones the instance attached with: a change made
-afterwards reaches instances attached afterwards.
+Each instance on a tunnel gets its own `EgressProxy` (docs/tunnels.md "Egress"), with its own
+random credentials (`Credentials`): only that instance's device configuration holds them, so
+another device on the host that finds the port (it is on the host's loopback) is answered 407
+(HTTP) or has its SOCKS authentication refused, and gets no connection. The device's network is
+pointed at it (Android: the global ``http_proxy`` setting, with the credentials in the device's
+`DeviceNetwork`; an emulator: ``-http-proxy http://user:password@10.0.2.2:PORT``).
 
-Speaks, on the same port (told apart by the first byte):
+A destination that matches the tunnel's selectors goes through the tunnel (an ``egress``
+stream to the edge, relayed to the connector, docs/protocol.md 6), and is dialled on the
+connector's side. Anything else is dialled from the host only if the host's `NetPolicy`
+allows the resolved address (public addresses by default: never the host's loopback, its
+services, other instances' proxies or the operator's private ranges; netdial.py). The
+selectors are the ones the instance attached with.
 
-- SOCKS5 (RFC 1928), no authentication, CONNECT only, IPv4 / domain / IPv6 addresses;
-- HTTP/1.1 ``CONNECT host:port``, and absolute-form requests (``GET http://host/path``) that
-  plain-HTTP proxy clients send, forwarded in origin form.
+The protocol is parsed by the sans-I/O `Handshake` (proxy_protocol.py); this module only
+moves bytes. One bad client ends its own connection: every failure of one connection is
+contained in its handler.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import logging
-import struct
+import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
-from urllib.parse import urlsplit
 
 import trio
 
 from ..core import OpenError, splice
 from ..core.selectors import Selector, matches
+from .netdial import DialReason, DialRefused, ProxyEndpoint, open_checked
+from .netpolicy import NetPolicy
+from .proxy_protocol import Credentials, Dial, DialFailure, Handshake, Reject, Reply
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EgressProxy", "TunnelDialer"]
+__all__ = ["EgressDialError", "EgressProxy", "TunnelDialer", "new_credentials"]
 
 TunnelDialer = Callable[[str, int], Awaitable[trio.abc.Stream]]
 
-_MAX_HEAD: Final = 16 * 1024
 _HEAD_TIMEOUT_S: Final = 30.0
 _DIRECT_TIMEOUT_S: Final = 15.0
+_RECEIVE: Final = 16 * 1024
+_LOOPBACK: Final = "127.0.0.1"
+_LINGER_S: Final = 1.0
+_LINGER_BYTES: Final = 64 * 1024
 
-# SOCKS5 reply codes (RFC 1928 section 6)
-_SOCKS_OK: Final = 0
-_SOCKS_FAILURE: Final = 1
-_SOCKS_NOT_ALLOWED: Final = 2
-_SOCKS_HOST_UNREACHABLE: Final = 4
-_SOCKS_REFUSED: Final = 5
-_SOCKS_COMMAND: Final = 7
-_SOCKS_ADDRESS: Final = 8
+_FROM_DIAL_REASON: Final = {
+    DialReason.NOT_ALLOWED: DialFailure.NOT_ALLOWED,
+    DialReason.NO_SUCH_HOST: DialFailure.UNREACHABLE,
+    DialReason.REFUSED: DialFailure.REFUSED,
+    DialReason.TIMEOUT: DialFailure.TIMEOUT,
+    DialReason.UNREACHABLE: DialFailure.UNREACHABLE,
+}
+_FROM_OPEN_CODE: Final = {
+    "forbidden": DialFailure.NOT_ALLOWED,
+    "refused": DialFailure.REFUSED,
+    "nxdomain": DialFailure.UNREACHABLE,
+    "timeout": DialFailure.TIMEOUT,
+}
 
 
-class _DialError(Exception):
-    def __init__(self, http_status: int, socks_code: int, message: str) -> None:
-        super().__init__(message)
-        self.http_status = http_status
-        self.socks_code = socks_code
+class EgressDialError(Exception):
+    """`EgressProxy.dial` did not connect; ``failure`` is what the client is told."""
+
+    def __init__(self, failure: DialFailure, detail: str) -> None:
+        super().__init__(f"{failure.value}: {detail}")
+        self.failure = failure
 
 
-class _Reader:
-    """Exact reads over a stream, keeping what was read past the caller's need."""
-
-    def __init__(self, stream: trio.abc.Stream) -> None:
-        self.stream = stream
-        self.buffer = bytearray()
-
-    async def fill(self) -> None:
-        data = await self.stream.receive_some()
-        if not data:
-            raise EOFError("the client closed the connection")
-        self.buffer += data
-
-    async def exactly(self, n: int) -> bytes:
-        while len(self.buffer) < n:
-            await self.fill()
-        out = bytes(self.buffer[:n])
-        del self.buffer[:n]
-        return out
-
-    async def head(self) -> bytes:
-        while (end := self.buffer.find(b"\r\n\r\n")) < 0:
-            if len(self.buffer) > _MAX_HEAD:
-                raise ValueError("request head too large")
-            await self.fill()
-        out = bytes(self.buffer[: end + 4])
-        del self.buffer[: end + 4]
-        return out
+def new_credentials() -> Credentials:
+    """Random per-instance proxy credentials (URL-safe, so they fit in a proxy URL)."""
+    return Credentials(f"dy-{secrets.token_hex(6)}", secrets.token_urlsafe(24))
 
 
 class EgressProxy:
@@ -91,151 +80,111 @@ class EgressProxy:
     directly by a driver that has no network stack of its own."""
 
     def __init__(
-        self, instance_id: str, selectors: Sequence[Selector], tunnel: TunnelDialer | None
+        self,
+        instance_id: str,
+        selectors: Sequence[Selector],
+        tunnel: TunnelDialer | None,
+        *,
+        policy: NetPolicy | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
         self.instance_id = instance_id
         self.selectors = tuple(selectors)
+        self.policy = NetPolicy() if policy is None else policy
+        self.credentials = new_credentials() if credentials is None else credentials
         self._tunnel = tunnel
         self.port = 0
 
     def __repr__(self) -> str:
         return f"EgressProxy({self.instance_id}, port={self.port})"
 
+    @property
+    def endpoint(self) -> ProxyEndpoint:
+        """Where the instance's device finds this proxy, with its credentials."""
+        return ProxyEndpoint(_LOOPBACK, self.port, self.credentials)
+
     def through_tunnel(self, host: str, port: int) -> bool:
         return self._tunnel is not None and matches(self.selectors, host, port)
 
     async def dial(self, host: str, port: int) -> trio.abc.Stream:
-        """A connection to host:port, through the tunnel when the selectors say so."""
+        """A connection to host:port: through the tunnel when the selectors say so, else
+        directly if the host's policy allows it. `EgressDialError` otherwise."""
         if self._tunnel is not None and self.through_tunnel(host, port):
             try:
                 return await self._tunnel(host, port)
             except OpenError as exc:
-                raise _dial_error(exc) from exc
+                failure = _FROM_OPEN_CODE.get(exc.code, DialFailure.UNAVAILABLE)
+                raise EgressDialError(failure, f"tunnel: {exc.code}") from exc
             except OSError as exc:
-                raise _DialError(502, _SOCKS_FAILURE, f"the tunnel is unavailable: {exc}") from exc
+                raise EgressDialError(DialFailure.UNAVAILABLE, f"tunnel: {exc}") from exc
         try:
-            with trio.fail_after(_DIRECT_TIMEOUT_S):
-                return await trio.open_tcp_stream(host, port)
-        except trio.TooSlowError:
-            raise _DialError(504, _SOCKS_HOST_UNREACHABLE, f"{host}:{port} timed out") from None
-        except OSError as exc:
-            raise _DialError(502, _SOCKS_REFUSED, f"{host}:{port}: {exc.strerror or exc}") from exc
+            return await open_checked(host, port, self.policy, limit_s=_DIRECT_TIMEOUT_S)
+        except DialRefused as exc:
+            detail = exc.refusal.value if exc.refusal is not None else exc.reason.value
+            raise EgressDialError(_FROM_DIAL_REASON[exc.reason], detail) from exc
 
     async def serve(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
-        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1", backlog=64)
+        listeners = await trio.open_tcp_listeners(0, host=_LOOPBACK, backlog=64)
         self.port = int(listeners[0].socket.getsockname()[1])
-        log.info("instance %s: egress proxy on 127.0.0.1:%d", self.instance_id, self.port)
+        log.info("instance %s: egress proxy on %s:%d", self.instance_id, _LOOPBACK, self.port)
         async with trio.open_nursery() as nursery:
             await nursery.start(trio.serve_listeners, self._handle, listeners)
             task_status.started(self.port)
 
     async def _handle(self, client: trio.SocketStream) -> None:
-        reader = _Reader(client)
         try:
-            with trio.fail_after(_HEAD_TIMEOUT_S):
-                await reader.fill()
-                if reader.buffer[0] == 5:
-                    upstream = await self._socks5(reader)
-                else:
-                    upstream = await self._http(reader)
-            if upstream is None:
-                return
-            if reader.buffer:
-                await upstream.send_all(bytes(reader.buffer))
-            await splice(client, upstream)
-        except (EOFError, ValueError, trio.TooSlowError, trio.BrokenResourceError) as exc:
-            log.debug("egress client of %s: %s", self.instance_id, exc)
+            upstream = await self._handshake(client)
+            if upstream is not None:
+                await splice(client, upstream)
+        except (trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            log.debug("egress client of %s: %r", self.instance_id, exc)
+        except Exception:  # one bad client ends its own connection, never the proxy
+            log.exception("egress client of %s: unexpected failure", self.instance_id)
         finally:
             await trio.aclose_forcefully(client)
 
-    async def _socks5(self, reader: _Reader) -> trio.abc.Stream | None:
-        client = reader.stream
-        _, count = await reader.exactly(2)
-        methods = await reader.exactly(count)
-        if 0 not in methods:
-            await client.send_all(b"\x05\xff")  # only "no authentication"
-            return None
-        await client.send_all(b"\x05\x00")
-        version, command, _, kind = await reader.exactly(4)
-        if kind == 1:
-            host = str(ipaddress.IPv4Address(await reader.exactly(4)))
-        elif kind == 3:
-            (length,) = await reader.exactly(1)
-            host = (await reader.exactly(length)).decode("idna")
-        elif kind == 4:
-            host = str(ipaddress.IPv6Address(await reader.exactly(16)))
-        else:
-            await client.send_all(_socks_reply(_SOCKS_ADDRESS))
-            return None
-        (port,) = struct.unpack(">H", await reader.exactly(2))
-        if version != 5 or command != 1:
-            await client.send_all(_socks_reply(_SOCKS_COMMAND))
-            return None
-        try:
-            upstream = await self.dial(host, port)
-        except _DialError as exc:
-            log.info("instance %s: %s:%d refused: %s", self.instance_id, host, port, exc)
-            await client.send_all(_socks_reply(exc.socks_code))
-            return None
-        await client.send_all(_socks_reply(_SOCKS_OK))
-        return upstream
+    async def _handshake(self, client: trio.SocketStream) -> trio.abc.Stream | None:
+        handshake = Handshake(self.credentials)
+        with trio.fail_after(_HEAD_TIMEOUT_S):
+            while True:
+                for event in handshake.receive_data(await client.receive_some(_RECEIVE)):
+                    if isinstance(event, Reply):
+                        await client.send_all(event.data)
+                    elif isinstance(event, Reject):
+                        log.debug("egress client of %s: %s", self.instance_id, event.reason)
+                        if event.data:
+                            await client.send_all(event.data)
+                            await _linger(client)
+                        return None
+                    else:
+                        return await self._connect(client, handshake, event)
 
-    async def _http(self, reader: _Reader) -> trio.abc.Stream | None:
-        client = reader.stream
-        head = await reader.head()
-        request_line, _, rest = head.partition(b"\r\n")
+    async def _connect(
+        self, client: trio.SocketStream, handshake: Handshake, request: Dial
+    ) -> trio.abc.Stream | None:
         try:
-            method, target, version = request_line.decode("latin-1").split(" ")
-        except ValueError:
-            await _http_error(client, 400, "malformed request line")
-            return None
-        if method == "CONNECT":
-            host, _, port_text = target.rpartition(":")
-            host = host.strip("[]")
-            forward = b""
-        else:
-            url = urlsplit(target)
-            if url.scheme != "http" or not url.hostname:
-                await _http_error(client, 400, "a proxy request needs an absolute http:// URL")
-                return None
-            host, port_text = url.hostname, str(url.port or 80)
-            path = (url.path or "/") + (f"?{url.query}" if url.query else "")
-            forward = f"{method} {path} {version}\r\n".encode("latin-1") + rest
-        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-            await _http_error(client, 400, f"bad destination {target!r}")
+            upstream = await self.dial(request.host, request.port)
+        except EgressDialError as exc:  # a scan refused by policy is DEBUG: no log flood
+            level = logging.DEBUG if exc.failure is DialFailure.NOT_ALLOWED else logging.INFO
+            where = f"{request.host}:{request.port}"
+            log.log(level, "instance %s: %s refused: %s", self.instance_id, where, exc)
+            await client.send_all(handshake.failed(exc.failure))
             return None
         try:
-            upstream = await self.dial(host, int(port_text))
-        except _DialError as exc:
-            log.info("instance %s: %s refused: %s", self.instance_id, target, exc)
-            await _http_error(client, exc.http_status, str(exc))
-            return None
-        if method == "CONNECT":
-            await client.send_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
-        else:
-            await upstream.send_all(forward)
+            await client.send_all(handshake.succeeded())
+            if request.forward or handshake.trailing:
+                await upstream.send_all(request.forward + handshake.trailing)
+        except BaseException:
+            await trio.aclose_forcefully(upstream)
+            raise
         return upstream
 
 
-def _socks_reply(code: int) -> bytes:
-    return bytes([5, code, 0, 1, 0, 0, 0, 0, 0, 0])
-
-
-async def _http_error(client: trio.abc.Stream, status: int, message: str) -> None:
-    reasons = {400: "Bad Request", 403: "Forbidden", 502: "Bad Gateway", 504: "Gateway Timeout"}
-    body = (message + "\n").encode()
-    head = (
-        f"HTTP/1.1 {status} {reasons.get(status, 'Error')}\r\nContent-Type: text/plain\r\n"
-        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-    )
-    await client.send_all(head.encode() + body)
-
-
-def _dial_error(exc: OpenError) -> _DialError:
-    if exc.code == "forbidden":
-        return _DialError(403, _SOCKS_NOT_ALLOWED, f"not allowed by the tunnel: {exc.message}")
-    if exc.code in ("refused", "nxdomain"):
-        return _DialError(502, _SOCKS_REFUSED, f"{exc.code}: {exc.message}")
-    if exc.code == "timeout":
-        return _DialError(504, _SOCKS_HOST_UNREACHABLE, f"timeout: {exc.message}")
-    return _DialError(502, _SOCKS_FAILURE, f"{exc.code}: {exc.message}")
+async def _linger(client: trio.SocketStream) -> None:
+    """After a refusal: end our side, then read (and drop) a little of what the client still
+    sends, so closing does not reset the connection before the client read the answer."""
+    await client.send_eof()
+    drained = 0
+    with trio.move_on_after(_LINGER_S):
+        while drained < _LINGER_BYTES and (data := await client.receive_some(_RECEIVE)):
+            drained += len(data)

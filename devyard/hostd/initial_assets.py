@@ -7,6 +7,14 @@ have. Files stream to ``<sandbox>/initial-assets/`` (never whole in memory), are
 installed in order; ``launchMode: ForegroundIfRunning`` brings the app to the foreground once
 installed. Any failure is an `InitialAssetError` (a `DeviceError`), so the instance ends with
 that message instead of becoming ready without its apps.
+
+A URL is the user's: the host fetches it only where its `NetPolicy` allows (public addresses
+by default, checked on the resolved address at connect time and again for every redirect; the
+devyard server's own origin, which signs asset URLs, is trusted), within `AssetLimits` (size,
+whole-download time, per-read time; fetch.py). The error says "could not fetch the initial
+asset NAME (CLASS)" with a `FetchFailure` class that does not tell a refused address, a closed
+port and a silent one apart; the details go to the host's log, without the URL's query
+(signatures). No HTTP client library logs the URL at all: fetch.py speaks h11 itself.
 """
 
 from __future__ import annotations
@@ -14,17 +22,17 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Final, Protocol, runtime_checkable
 
-import httpx
 import trio
 
 from .drivers import DeviceDriver, DeviceError
+from .fetch import FetchError, FetchLimits, fetch, origin_of
+from .netpolicy import NetPolicy
 
 __all__ = [
-    "DOWNLOAD_TIMEOUT",
     "InitialAssetError",
     "forced_app",
     "install_initial_assets",
@@ -33,7 +41,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-DOWNLOAD_TIMEOUT: Final = httpx.Timeout(30.0)  # per connect / read, not for the whole file
 _UNSAFE: Final = re.compile(r"[^A-Za-z0-9._-]")
 
 
@@ -46,42 +53,66 @@ def _file_name(index: int, entry: dict[str, Any]) -> str:
     return f"{index}-{_UNSAFE.sub('_', base)[:100] or 'app'}"
 
 
-async def _download(http: httpx.AsyncClient, url: str, path: Path, md5: str | None) -> None:
-    digest = hashlib.md5(usedforsecurity=False)
+async def _download(
+    entry: dict[str, Any],
+    path: Path,
+    policy: NetPolicy,
+    trusted: frozenset[tuple[str, int]],
+    limits: FetchLimits | None,
+) -> None:
+    url = str(entry.get("url"))
+    name = entry.get("name")
     shown = url.split("?", 1)[0]  # never log a signature
+    digest = hashlib.md5(usedforsecurity=False)
     try:
-        async with http.stream("GET", url) as response:
-            if response.status_code != 200:
-                raise InitialAssetError(f"download of {shown} failed: HTTP {response.status_code}")
-            async with await trio.open_file(path, "wb") as file:
-                async for chunk in response.aiter_bytes():
-                    digest.update(chunk)
-                    await file.write(chunk)
-    except httpx.HTTPError as exc:
-        raise InitialAssetError(f"download of {shown} failed: {exc!r}") from exc
+        async with await trio.open_file(path, "wb") as file:
+
+            async def sink(data: bytes) -> None:
+                digest.update(data)
+                await file.write(data)
+
+            await fetch(url, sink, policy=policy, trusted=trusted, limits=limits)
+    except FetchError as exc:
+        log.info("initial app %r from %s: %s (%s)", name, shown, exc.failure.value, exc)
+        message = f"could not fetch the initial asset {name!r} ({exc.failure.value})"
+        raise InitialAssetError(message) from None
+    md5 = entry.get("md5")
     if md5 is not None and digest.hexdigest() != md5:
-        raise InitialAssetError(f"download of {shown}: md5 {digest.hexdigest()} is not {md5}")
+        log.info("initial app %r from %s: md5 %s is not %s", name, shown, digest.hexdigest(), md5)
+        raise InitialAssetError(f"could not fetch the initial asset {name!r} (checksum-mismatch)")
 
 
 async def install_initial_assets(
-    device: DeviceDriver, entries: Sequence[dict[str, Any]], workdir: Path
+    device: DeviceDriver,
+    entries: Sequence[dict[str, Any]],
+    workdir: Path,
+    *,
+    policy: NetPolicy | None = None,
+    trusted: Iterable[str] = (),
+    limits: FetchLimits | None = None,
 ) -> None:
-    """Download and install every entry in order (see the module docstring)."""
+    """Download and install every entry in order (see the module docstring).
+
+    *policy* decides which addresses the host may fetch from (public ones by default);
+    *trusted* are base URLs whose origin is fetched from whatever its address (the devyard
+    server, which signs the asset URLs).
+    """
     if not entries:
         await trio.lowlevel.checkpoint()
         return
-    await trio.to_thread.run_sync(lambda: workdir.mkdir(parents=True, exist_ok=True))
-    async with httpx.AsyncClient(timeout=DOWNLOAD_TIMEOUT, follow_redirects=True) as http:
-        for index, entry in enumerate(entries):
-            path = workdir / _file_name(index, entry)
-            await _download(http, str(entry["url"]), path, entry.get("md5"))
-            try:
-                app = await device.install(path)
-            except DeviceError as exc:
-                raise InitialAssetError(f"installing {entry.get('name')!r}: {exc}") from exc
-            log.info("installed initial app %s (%s)", app.app_id, entry.get("name"))
-            if entry.get("launchMode") == "ForegroundIfRunning":
-                await device.launch(app.app_id)
+    policy = NetPolicy() if policy is None else policy
+    origins = frozenset(o[1:] for o in map(origin_of, trusted) if o is not None)
+    await trio.to_thread.run_sync(lambda: workdir.mkdir(mode=0o700, parents=True, exist_ok=True))
+    for index, entry in enumerate(entries):
+        path = workdir / _file_name(index, entry)
+        await _download(entry, path, policy, origins, limits)
+        try:
+            app = await device.install(path)
+        except DeviceError as exc:
+            raise InitialAssetError(f"installing {entry.get('name')!r}: {exc}") from exc
+        log.info("installed initial app %s (%s)", app.app_id, entry.get("name"))
+        if entry.get("launchMode") == "ForegroundIfRunning":
+            await device.launch(app.app_id)
 
 
 @runtime_checkable

@@ -29,6 +29,8 @@ from ..core.selectors import parse_selectors
 from .drivers import AndroidDevice, DeviceDriver, DeviceError, DeviceSpec, DriverOpener, Platform
 from .egress import EgressProxy
 from .initial_assets import forced_app, install_initial_assets, keep_in_foreground
+from .netdial import DeviceNetwork, assign
+from .netpolicy import NetPolicy
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +72,8 @@ class Supervisor:
         capacity: int,
         drivers: Mapping[Platform, DriverOpener],
         egress: EgressDialer,
+        net_policy: NetPolicy | None = None,
+        server_url: str | None = None,
     ) -> None:
         self._nursery = nursery
         self.instances_dir = data_dir / "instances"
@@ -80,6 +84,8 @@ class Supervisor:
         self._outbox: deque[dict[str, Any]] = deque()
         self._outbox_changed = trio.Event()
         self.attach_timeout = ATTACH_TIMEOUT_S
+        self.net_policy = NetPolicy() if net_policy is None else net_policy  # netpolicy.py
+        self._asset_origins = () if server_url is None else (server_url,)  # it signs asset URLs
 
     def __repr__(self) -> str:
         return f"Supervisor(running={sorted(self._instances)})"
@@ -189,8 +195,9 @@ class Supervisor:
             return await self._egress(instance_id, {"dest": dest, "selector_version": version})
 
         selectors = parse_selectors(str(s) for s in tunnel.get("selectors", []))
-        proxy = EgressProxy(instance_id, selectors, dial)
+        proxy = EgressProxy(instance_id, selectors, dial, policy=self.net_policy)
         port = await nursery.start(proxy.serve)
+        assign(device, DeviceNetwork(self.net_policy, proxy.endpoint))  # with its credentials
         if isinstance(device, AndroidDevice):
             await device.settings_put("global", "http_proxy", f"127.0.0.1:{port}")
         log.info("instance %s attached to tunnel %s (proxy port %d)", instance_id, name, port)
@@ -237,9 +244,13 @@ class Supervisor:
         error: str | None = None
         try:
             async with opener(spec) as device, trio.open_nursery() as network:
+                assign(device, DeviceNetwork(self.net_policy))
                 if tunnel is not None:  # attached first: initial apps may need the network
                     await self._attach(instance.instance_id, device, tunnel, network)
-                await install_initial_assets(device, assets, spec.sandbox_dir / "initial-assets")
+                workdir = spec.sandbox_dir / "initial-assets"
+                await install_initial_assets(
+                    device, assets, workdir, policy=self.net_policy, trusted=self._asset_origins
+                )
                 forced = forced_app(assets)
                 if forced is not None:
                     network.start_soon(keep_in_foreground, device, forced)

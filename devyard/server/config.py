@@ -18,6 +18,8 @@ Keys (file key / environment variable):
                                                     = off (links use the API port's WebSockets)
     link_tls_cert       DEVYARD_LINK_TLS_CERT       PEM certificate chain: raw links are TLS
     link_tls_key        DEVYARD_LINK_TLS_KEY        its PEM private key (required with the cert)
+    secret_scanning_keys_url                        public keys of leaked-token reports
+                        DEVYARD_SECRET_SCANNING_KEYS_URL  (POST /github_revoke, docs/security.md)
     [rate_limit]
     enabled             DEVYARD_RATE_LIMIT_ENABLED  per-API-key token bucket on or off
     rate                DEVYARD_RATE_LIMIT_RATE     tokens per second
@@ -126,6 +128,8 @@ class ServerConfig:
     link_listen: ListenAddress | None = None
     link_tls_cert: Path | None = None
     link_tls_key: Path | None = None
+    # where POST /github_revoke gets the public keys its reports are signed with
+    secret_scanning_keys_url: str = "https://api.github.com/meta/public_keys/secret_scanning"  # noqa: S105
 
     @property
     def base_url(self) -> str:
@@ -314,6 +318,7 @@ _PARSERS: Final[dict[str, Callable[[object], Any]]] = {
     "link_listen": _parse_listen,
     "link_tls_cert": _path,
     "link_tls_key": _path,
+    "secret_scanning_keys_url": _parse_public_url,
     "rate_limit.enabled": _bool,
     "rate_limit.rate": _positive_float,
     "rate_limit.burst": _positive_int,

@@ -3,6 +3,7 @@ paths (our own device side for the virtual device; splicing to a device's own ad
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
@@ -12,12 +13,20 @@ import pytest
 import trio
 import trio.testing
 
-from devyard.core import OpenError, Session, open_session, request_open
+from devyard.core import (
+    OpenError,
+    RelayChannel,
+    Session,
+    open_session,
+    receive_message,
+    request_open,
+)
 from devyard.hostd.adb import serve_adb_tcp
 from devyard.hostd.adb.packets import Command, Packet, PacketDecoder, encode_packet
 from devyard.hostd.drivers import DeviceDriver, DeviceSpec, Platform, open_device
 from devyard.hostd.drivers.virtual import VirtualDevice
 from devyard.hostd.endpoints import serve_streams
+from devyard.hostd.endpoints.browser import parse_control
 
 
 class WithOwnAdbd(VirtualDevice):
@@ -103,4 +112,76 @@ async def test_refusals_say_why(
         with pytest.raises(OpenError) as refused:
             await request_open(stream, kind, **fields)
         assert refused.value.code == code
+        await stream.aclose()
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "[" * 100_000 + "]" * 100_000,  # deeper than the parser's recursion
+        '{"type": "text", "text": [[["x"]]]}',  # nested at all
+        '{"type": "text", "text": "' + "x" * (256 * 1024) + '"}',  # too long
+        "[]",
+    ],
+)
+def test_control_messages_are_bounded_flat_objects(raw: str) -> None:
+    with pytest.raises(Exception, match="control message") as caught:
+        parse_control(raw)
+    assert type(caught.value).__name__ == "_BadInput"
+
+
+async def _api(edge: Session, method: str, path: str, body: bytes) -> tuple[int, bytes]:
+    stream = await edge.open_stream()
+    await request_open(stream, "api", instance_id="virt", method=method, path=path)
+    await stream.send_all(body)
+    await stream.send_eof()
+    head = await receive_message(stream)
+    answer = bytearray()
+    while chunk := await stream.receive_some():
+        answer += chunk
+    await stream.aclose()
+    return int(head["status"]), bytes(answer)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"[" * 100_000 + b"]" * 100_000,  # deeper than the parser goes
+        b'{"type": "tap", "x": 1' + b"0" * 400 + b', "y": 1}',  # past float's range
+        b'{"type": "swipe", "x1": 1, "y1": 1, "x2": 2, "y2": 2, "durationMs": "slow"}',
+        b'{"type": "touch", "action": "down", "x": 1, "y": 1, "pointerId": "one"}',
+        b'{"type": "scroll", "x": 1, "y": 1, "dx": [], "dy": 1}',
+    ],
+)
+async def test_bad_device_api_input_is_a_400_on_a_stream_that_answers(
+    tmp_path: Path, body: bytes
+) -> None:
+    async with (
+        open_device(DeviceSpec(Platform.ANDROID, "virt", tmp_path / "a")) as virtual,
+        edge_side({"virt": virtual}) as edge,
+    ):
+        with trio.fail_after(10):
+            status, answer = await _api(edge, "POST", "/input", body)
+            assert status == 400, answer
+            assert json.loads(answer)["reason"] == "bad_request"
+            status, _ = await _api(edge, "GET", "/", b"")  # the host serves on
+            assert status == 200
+
+
+async def test_bad_control_messages_are_answered_and_the_viewer_serves_on(tmp_path: Path) -> None:
+    async with (
+        open_device(DeviceSpec(Platform.ANDROID, "virt", tmp_path / "a")) as virtual,
+        edge_side({"virt": virtual}) as edge,
+    ):
+        stream = await edge.open_stream()
+        await request_open(stream, "device-stream", instance_id="virt")
+        viewer = RelayChannel(stream)
+        with trio.fail_after(10):
+            assert json.loads(await viewer.receive())["type"] == "hello"
+            for bad in ('{"type": "rotate", "rotation": 1e400}', "[" * 100_000 + "]" * 100_000):
+                await viewer.send(bad)
+                answer = await viewer.receive()
+                assert isinstance(answer, str) and json.loads(answer)["type"] == "error"
+            await viewer.send('{"type": "clipboard"}')
+            assert json.loads(await viewer.receive())["type"] == "clipboard"
         await stream.aclose()

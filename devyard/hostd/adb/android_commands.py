@@ -19,14 +19,8 @@ from typing import Final
 import trio
 from PIL import Image
 
-from ..drivers import (
-    AppNotFoundError,
-    DeviceFileError,
-    InstallError,
-    Key,
-    LogLevel,
-    TouchAction,
-)
+from ..drivers._errors import AppNotFoundError, DeviceFileError, InstallError
+from ..drivers.base import Key, LogLevel, TouchAction
 from .interpreter import (
     SPECIAL_FILES,
     CommandIO,

@@ -15,8 +15,8 @@ from typing import NoReturn, Protocol, runtime_checkable
 
 import trio
 
+from ..drivers._shared.ports import ListeningSocket, PortHandler
 from ..drivers.base import AndroidDevice, LogLevel
-from ..drivers.virtual.ports import ListeningSocket, PortHandler
 
 __all__ = ["AdbDevice"]
 

@@ -22,7 +22,7 @@ from typing import Final
 import attrs
 import trio
 
-from ..drivers import DeviceError
+from ..drivers._errors import DeviceError
 from .connection import AdbConnection
 from .device import AdbDevice
 from .stream import AdbStream

@@ -28,7 +28,8 @@ from typing import Final, Protocol
 
 import attrs
 
-from ..drivers import DeviceError, DeviceFileError, FileEntry
+from ..drivers._errors import DeviceError, DeviceFileError
+from ..drivers.base import FileEntry
 from .device import AdbDevice
 from .shell_parse import Command, ParseError, parse_line
 

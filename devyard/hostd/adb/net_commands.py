@@ -5,6 +5,15 @@ A tunnel-attached instance has ``settings global http_proxy`` set to its egress 
 through it with ``CONNECT``, so ``POST {apiUrl}/shell {"command": "curl http://private:8080/"}``
 shows what an app on the device would get. Without a proxy they dial directly.
 
+Every connection is the device's, not the host's: the host's `NetPolicy` decides where a
+device may dial (public addresses by default: never the host's loopback services, another
+instance's proxy, or private ranges; netdial.py). The credentials for the instance's own proxy
+come from the `DeviceNetwork` the supervisor assigned, never from the writable setting, and
+are sent only to that proxy; a setting that names another loopback port is a direct dial like
+any other, and refused. ``localhost`` / 127.0.0.1 / ``::1`` are the device's own sockets
+(`open_port`, what its apps listen on), never the host's, with or without a proxy (Android
+does not proxy localhost either).
+
     curl [-s] [-S] [-f] [-i] [-I] [-X METHOD] [-H 'Name: value']... [-d DATA]
          [-o FILE] [-m SECONDS] URL          http:// and https://; exit codes as curl's
     nc [-w SECONDS] HOST PORT                stdin to the connection, the answer to stdout
@@ -12,6 +21,7 @@ shows what an app on the device would get. Without a proxy they dial directly.
 
 from __future__ import annotations
 
+import base64
 import ssl
 from collections.abc import Sequence
 from typing import Final
@@ -20,6 +30,9 @@ from urllib.parse import SplitResult, urlsplit
 import h11
 import trio
 
+from ..drivers._errors import DeviceError
+from ..netdial import DeviceNetwork, DialReason, DialRefused, network_of, open_checked
+from ..proxy_protocol import Credentials
 from .interpreter import CommandIO, Interpreter, ParseError, command, device_path
 
 __all__: list[str] = []
@@ -36,6 +49,9 @@ _E_HTTP: Final = 22
 _E_TIMEOUT: Final = 28
 _E_SSL: Final = 35
 _E_RECV: Final = 56
+# The device's own loopback. The rest of 127.0.0.0/8 is left to the host's policy so that tests
+# (and labs) can stand 127.0.0.2+ in for other machines.
+_DEVICE_LOCAL: Final = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
 
 
 class _NetError(Exception):
@@ -49,9 +65,9 @@ async def _proxy(sh: Interpreter) -> tuple[str, int] | None:
     if not value or value in (":0", "null"):
         return None
     host, _, port = value.rpartition(":")
-    if not host or not port.isdigit():
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise _NetError(_E_PROXY, f"bad http_proxy setting {value!r}")
-    return host, int(port)
+    return host.removeprefix("[").removesuffix("]"), int(port)
 
 
 async def _read_head(stream: trio.abc.Stream) -> tuple[bytes, bytes]:
@@ -67,10 +83,17 @@ async def _read_head(stream: trio.abc.Stream) -> tuple[bytes, bytes]:
     return head, rest
 
 
-async def _proxy_connect(stream: trio.abc.Stream, host: str, port: int) -> None:
+async def _proxy_connect(
+    stream: trio.abc.Stream, host: str, port: int, credentials: Credentials | None
+) -> None:
     """Ask the proxy on *stream* for a tunnel to host:port (HTTP CONNECT)."""
     authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    await stream.send_all(f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n".encode())
+    auth = ""
+    if credentials is not None:
+        pair = f"{credentials.username}:{credentials.password}".encode()
+        auth = f"Proxy-Authorization: Basic {base64.b64encode(pair).decode()}\r\n"
+    request = f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n{auth}\r\n"
+    await stream.send_all(request.encode())
     head, rest = await _read_head(stream)
     status_line = head.split(b"\r\n", 1)[0].decode("latin-1")
     parts = status_line.split(" ", 2)
@@ -85,22 +108,51 @@ async def _proxy_connect(stream: trio.abc.Stream, host: str, port: int) -> None:
         raise _NetError(_E_RECV, "the proxy sent data before the tunnel was up")
 
 
-async def _connect(sh: Interpreter, host: str, port: int) -> trio.abc.Stream:
-    """A TCP connection to host:port, through the device's proxy if it has one."""
-    proxy = await _proxy(sh)
-    target = (proxy[0], proxy[1]) if proxy else (host, port)
+async def _dial(
+    network: DeviceNetwork, host: str, port: int, *, proxy: bool = False
+) -> trio.abc.Stream:
+    """A connection the device makes: its own proxy as configured by the host, anything else
+    only where the host's policy allows (netdial.py), with curl's words for failures."""
+    own = network.proxy
+    if proxy and own is not None and (host, port) == (own.host, own.port):
+        try:
+            return await trio.open_tcp_stream(host, port)
+        except OSError:
+            raise _NetError(_E_CONNECT, f"Failed to connect to proxy {host} port {port}") from None
     try:
-        stream: trio.abc.Stream = await trio.open_tcp_stream(*target)
-    except OSError as exc:
-        if proxy is None and "Name or service not known" in str(exc):
-            raise _NetError(_E_RESOLVE, f"Could not resolve host: {host}") from None
+        return await open_checked(host, port, network.policy)
+    except DialRefused as exc:
+        if exc.reason is DialReason.NO_SUCH_HOST:
+            what = "proxy" if proxy else "host"
+            code = _E_PROXY if proxy else _E_RESOLVE
+            raise _NetError(code, f"Could not resolve {what}: {host}") from None
         where = "proxy " if proxy else ""
-        message = f"Failed to connect to {where}{target[0]} port {target[1]}"
+        message = f"Failed to connect to {where}{host} port {port}: {exc.reason.value}"
         raise _NetError(_E_CONNECT, message) from None
+
+
+def _device_local(host: str) -> bool:
+    return host.lower().rstrip(".") in _DEVICE_LOCAL
+
+
+async def _connect(sh: Interpreter, host: str, port: int) -> trio.abc.Stream:
+    """A TCP connection to host:port, through the device's proxy if it has one. The device's
+    own loopback is its own sockets (as Android does not proxy localhost), never the host's."""
+    if _device_local(host):
+        try:
+            return await sh.device.open_port(port)
+        except DeviceError:  # PortClosedError, or a port out of range
+            message = f"Failed to connect to {host} port {port}: Connection refused"
+            raise _NetError(_E_CONNECT, message) from None
+    network = network_of(sh.device)
+    proxy = await _proxy(sh)
     if proxy is None:
-        return stream
+        return await _dial(network, host, port)
+    stream = await _dial(network, *proxy, proxy=True)
+    own = network.proxy
+    credentials = own.credentials if own is not None and proxy == (own.host, own.port) else None
     try:
-        await _proxy_connect(stream, host, port)
+        await _proxy_connect(stream, host, port, credentials)
     except BaseException:
         await trio.aclose_forcefully(stream)
         raise

@@ -13,11 +13,23 @@ packets; a malformed header raises RemoteProtocolError and leaves the decoder un
 from __future__ import annotations
 
 import enum
-import struct
 from typing import Final
 
 import attrs
 
+from ...core.adbwire import (
+    A_AUTH,
+    A_CLSE,
+    A_CNXN,
+    A_OKAY,
+    A_OPEN,
+    A_STLS,
+    A_SYNC,
+    A_VERSION,
+    A_WRTE,
+    HEADER,
+    HEADER_SIZE,
+)
 from ._errors import RemoteProtocolError
 
 __all__ = [
@@ -30,21 +42,20 @@ __all__ = [
     "encode_packet",
 ]
 
-A_VERSION: Final = 0x01000001  # skips checksums
 MAX_PAYLOAD: Final = 1024 * 1024  # what the host offers (adb >= 28)
-HEADER: Final = struct.Struct("<6I")
-HEADER_SIZE: Final = HEADER.size  # 24
 
 
 class Command(enum.IntEnum):
-    SYNC = 0x434E5953
-    CNXN = 0x4E584E43
-    AUTH = 0x48545541
-    OPEN = 0x4E45504F
-    OKAY = 0x59414B4F
-    CLSE = 0x45534C43
-    WRTE = 0x45545257
-    STLS = 0x534C5453
+    """The commands of devyard.core.adbwire (where the header is defined), as an enum."""
+
+    SYNC = A_SYNC
+    CNXN = A_CNXN
+    AUTH = A_AUTH
+    OPEN = A_OPEN
+    OKAY = A_OKAY
+    CLSE = A_CLSE
+    WRTE = A_WRTE
+    STLS = A_STLS
 
 
 _COMMANDS: Final = {int(c): c for c in Command}

@@ -23,7 +23,8 @@ from collections import deque
 from collections.abc import AsyncIterator
 from typing import Final
 
-from ..drivers import DeviceError, DeviceFileError, FileEntry, FileKind
+from ..drivers._errors import DeviceError, DeviceFileError
+from ..drivers.base import FileEntry, FileKind
 from ._errors import RemoteProtocolError
 from .device import AdbDevice
 from .stream import AdbStream

@@ -29,6 +29,8 @@ from .base import (
     LogLevel,
     Platform,
     Rotation,
+    ShellDevice,
+    ShellResult,
     TouchAction,
 )
 from .registry import DEFAULT_DRIVER, DriverOpener, drivers_by_name, open_device
@@ -57,6 +59,8 @@ __all__ = [
     "Platform",
     "PortClosedError",
     "Rotation",
+    "ShellDevice",
+    "ShellResult",
     "TouchAction",
     "UnsupportedOperationError",
     "drivers_by_name",

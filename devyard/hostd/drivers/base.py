@@ -47,6 +47,8 @@ __all__ = [
     "LogLevel",
     "Platform",
     "Rotation",
+    "ShellDevice",
+    "ShellResult",
     "TouchAction",
 ]
 
@@ -170,6 +172,15 @@ class AppInfo:
     version: str = ""
     system: bool = False
     running: bool = False
+
+
+@attrs.frozen
+class ShellResult:
+    """What one shell command printed and how it exited."""
+
+    stdout: bytes
+    stderr: bytes
+    exit_code: int
 
 
 @attrs.frozen
@@ -331,3 +342,14 @@ class AndroidDevice(DeviceDriver, Protocol):
     async def open_adb_transport(self) -> trio.abc.Stream | None:
         """A connection to the device's own adbd (an emulator's ADB port), for the ADB bridge
         to splice to; None when hostd must speak the device side itself (the virtual device)."""
+
+
+@runtime_checkable
+class ShellDevice(Protocol):
+    """A device that runs shell commands itself (a real Android's own ``adb shell``), as
+    opposed to the virtual device, whose shell hostd interprets (`devyard.hostd.adb`)."""
+
+    async def run_shell(self, command: str) -> ShellResult:
+        """Run ``command`` (already quoted for the device's shell) to its end; the caller
+        bounds its time. Output is capped by the driver (`DeviceError` past the cap)."""
+        ...

@@ -7,13 +7,14 @@ Real drivers (``android-emulator``, later ``ios-simulator``) are a line in `driv
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import Final
 
 from ._errors import InvalidSpecError
 from .base import DeviceDriver, DeviceSpec
-from .emulator import open_emulator_device
+from .emulator import EmulatorConfig, open_emulator_device
 from .virtual import open_virtual_device
 
 __all__ = ["DEFAULT_DRIVER", "DriverOpener", "drivers_by_name", "open_device"]
@@ -23,17 +24,22 @@ DriverOpener = Callable[[DeviceSpec], AbstractAsyncContextManager[DeviceDriver]]
 DEFAULT_DRIVER: Final = "virtual"
 
 
-def drivers_by_name() -> Mapping[str, DriverOpener]:
-    """Every driver this build knows, by the name hostd's ``--drivers`` option uses."""
-    return {"virtual": open_virtual_device, "android-emulator": open_emulator_device}
+def drivers_by_name(*, emulator: EmulatorConfig | None = None) -> Mapping[str, DriverOpener]:
+    """Every driver this build knows, by the name hostd's ``--drivers`` option uses; each
+    opener bound to its driver's configuration."""
+    return {
+        "virtual": open_virtual_device,
+        "android-emulator": functools.partial(open_emulator_device, config=emulator),
+    }
 
 
 def open_device(
-    spec: DeviceSpec, driver: str = DEFAULT_DRIVER
+    spec: DeviceSpec, driver: str = DEFAULT_DRIVER, *, emulator: EmulatorConfig | None = None
 ) -> AbstractAsyncContextManager[DeviceDriver]:
-    """``async with open_device(spec) as device:`` starts a device with the named driver."""
+    """``async with open_device(spec) as device:`` starts a device with the named driver;
+    ``emulator`` configures the ``android-emulator`` driver (hostd's CLI loads it)."""
     try:
-        opener = drivers_by_name()[driver]
+        opener = drivers_by_name(emulator=emulator)[driver]
     except KeyError:
         known = ", ".join(sorted(drivers_by_name()))
         raise InvalidSpecError(f"unknown driver {driver!r} (known: {known})") from None

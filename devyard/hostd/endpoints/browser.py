@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import struct
 from typing import Any, Final
 
@@ -52,6 +53,8 @@ FLAG_KEYFRAME: Final = 1
 _MEDIA_HEADER: Final = struct.Struct(">BBQ")
 _KEEPALIVE_S: Final = 15.0
 _DEFAULT_FPS: Final = 30.0
+#: Control messages are flat objects; text and clipboard carry the only long strings.
+MAX_CONTROL_MESSAGE: Final = 256 * 1024
 
 
 class _BadInput(Exception):
@@ -77,11 +80,36 @@ def _hello(device: DeviceDriver) -> dict[str, Any]:
     }
 
 
+def parse_control(raw: str) -> dict[str, Any]:
+    """One control message: a flat JSON object of at most MAX_CONTROL_MESSAGE characters.
+
+    Nesting is bounded twice: the C parser refuses input deeper than the interpreter's
+    recursion limit (RecursionError, raised at once and caught here), and anything nested at
+    all is refused after parsing, since no control message carries an object or an array."""
+    if len(raw) > MAX_CONTROL_MESSAGE:
+        raise _BadInput(f"a control message is at most {MAX_CONTROL_MESSAGE} characters")
+    try:
+        message = json.loads(raw)
+    except RecursionError:
+        raise _BadInput("a control message is a flat JSON object, not nested") from None
+    if not isinstance(message, dict):
+        raise _BadInput("a control message must be a JSON object")
+    if any(isinstance(value, dict | list) for value in message.values()):
+        raise _BadInput("a control message is a flat JSON object, not nested")
+    return message
+
+
 def _num(message: dict[str, Any], name: str, default: float | None = None) -> float:
     value = message.get(name, default)
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise _BadInput(f"{message.get('type')}: {name!r} must be a number")
-    return float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an integer past float's range
+        number = math.inf
+    if not math.isfinite(number):
+        raise _BadInput(f"{message.get('type')}: {name!r} must be a finite number")
+    return number
 
 
 def _str(message: dict[str, Any], name: str) -> str:
@@ -124,10 +152,7 @@ class _Viewer:
                 await self.send_json({"type": "error", "message": "binary input is not supported"})
                 continue
             try:
-                message = json.loads(raw)
-                if not isinstance(message, dict):
-                    raise _BadInput("a control message must be a JSON object")
-                await self._handle(message, nursery)
+                await self._handle(parse_control(raw), nursery)
             except (_BadInput, DeviceError, ValueError) as exc:
                 await self.send_json({"type": "error", "message": str(exc)})
 

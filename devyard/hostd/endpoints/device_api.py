@@ -22,7 +22,8 @@ Routes (docs/endpoints.md is the user's reference):
     GET    /logs?after=N     retained log entries
 
 Coordinates are screen pixels of the current orientation, as ``adb shell input tap`` takes them.
-Errors are ``{"message", "reason"}`` with the status a web API would use.
+Errors are ``{"message", "reason"}``; `api_errors` names the reasons and holds the one table
+from a reason to the status a web API would use.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import math
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any, Final, cast
+from typing import Any, Final
 from urllib.parse import parse_qs
 
 import attrs
@@ -43,21 +44,18 @@ from ...core import send_message
 from ..adb.device import AdbDevice
 from ..adb.interpreter import CommandIO, Interpreter
 from ..drivers import (
-    AppNotFoundError,
     DeviceDriver,
     DeviceError,
-    DeviceFileError,
     FileEntry,
     FileKind,
-    InstallError,
-    InvalidInputError,
     Key,
     Platform,
-    PortClosedError,
     Rotation,
+    ShellDevice,
+    ShellResult,
     TouchAction,
-    UnsupportedOperationError,
 )
+from .api_errors import STATUS, Reason, RequestError, classify
 
 log = logging.getLogger(__name__)
 
@@ -69,14 +67,6 @@ SHELL_TIMEOUT_S: Final = 60.0
 _CHUNK: Final = 256 * 1024
 _SWIPE_STEPS: Final = 10
 _DRAIN_TIMEOUT_S: Final = 30.0
-
-
-class HttpError(Exception):
-    def __init__(self, status: int, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.reason = reason
-        self.message = message
 
 
 @attrs.frozen
@@ -102,7 +92,7 @@ class ApiRequest:
         if values:
             return values[0]
         if default is None:
-            raise HttpError(400, "bad_request", f"the query parameter {name!r} is required")
+            raise RequestError(Reason.BAD_REQUEST, f"the query parameter {name!r} is required")
         return default
 
     async def chunks(self) -> AsyncIterator[bytes]:
@@ -117,7 +107,7 @@ class ApiRequest:
         async for chunk in self.chunks():
             out += chunk
             if len(out) > limit:
-                raise HttpError(413, "too_large", f"the request body exceeds {limit} bytes")
+                raise RequestError(Reason.TOO_LARGE, f"the request body exceeds {limit} bytes")
         return bytes(out)
 
     async def json(self) -> dict[str, Any]:
@@ -125,9 +115,11 @@ class ApiRequest:
         try:
             value = json.loads(raw or b"{}")
         except ValueError as exc:
-            raise HttpError(400, "bad_request", f"the body is not JSON: {exc}") from None
+            raise RequestError(Reason.BAD_REQUEST, f"the body is not JSON: {exc}") from None
+        except RecursionError:  # nested deeper than the parser goes: no route takes that
+            raise RequestError(Reason.BAD_REQUEST, "the body nests too deeply") from None
         if not isinstance(value, dict):
-            raise HttpError(400, "bad_request", "the body must be a JSON object")
+            raise RequestError(Reason.BAD_REQUEST, "the body must be a JSON object")
         return value
 
 
@@ -146,14 +138,19 @@ def _field(body: Mapping[str, Any], name: str, kind: type | tuple[type, ...]) ->
     value = body.get(name)
     if isinstance(value, bool) or not isinstance(value, kind):
         names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        raise HttpError(400, "bad_request", f"{name!r} is required and must be a {names}")
+        raise RequestError(Reason.BAD_REQUEST, f"{name!r} is required and must be a {names}")
     return value
 
 
-def _number(body: Mapping[str, Any], name: str) -> float:
-    value = float(_field(body, name, (int, float)))
+def _number(body: Mapping[str, Any], name: str, default: float | None = None) -> float:
+    if default is not None and name not in body:
+        return default
+    try:
+        value = float(_field(body, name, (int, float)))
+    except OverflowError:  # an integer past float's range
+        value = math.inf
     if not math.isfinite(value):
-        raise HttpError(400, "bad_request", f"{name!r} must be a finite number")
+        raise RequestError(Reason.BAD_REQUEST, f"{name!r} must be a finite number")
     return value
 
 
@@ -187,11 +184,10 @@ class DeviceApi:
     def _normalized(self, x: float, y: float) -> tuple[float, float]:
         info = self.device.describe()
         if not info.has_screen:
-            raise HttpError(400, "unsupported", "this instance has no screen")
+            raise RequestError(Reason.UNSUPPORTED, "this instance has no screen")
         if not (0 <= x < info.width and 0 <= y < info.height):
-            raise HttpError(
-                400,
-                "bad_request",
+            raise RequestError(
+                Reason.BAD_REQUEST,
                 f"({x:g}, {y:g}) is outside the {info.width}x{info.height} screen",
             )
         return x / info.width, y / info.height
@@ -253,8 +249,8 @@ class DeviceApi:
                 )
         known = {"", "screenshot", "input", "open-url", "apps", "shell", "files", "clipboard"}
         if (parts[:1] and parts[0] in known) or not parts:
-            raise HttpError(405, "method_not_allowed", f"{method} is not allowed on {req.path}")
-        raise HttpError(404, "not_found", f"no device API route {req.path}")
+            raise RequestError(Reason.METHOD_NOT_ALLOWED, f"{method} is not allowed on {req.path}")
+        raise RequestError(Reason.NOT_FOUND, f"no device API route {req.path}")
 
     async def _input(self, body: Mapping[str, Any]) -> None:
         kind = _field(body, "type", str)
@@ -264,7 +260,7 @@ class DeviceApi:
         elif kind == "swipe":
             x1, y1 = self._normalized(_number(body, "x1"), _number(body, "y1"))
             x2, y2 = self._normalized(_number(body, "x2"), _number(body, "y2"))
-            duration = float(body.get("durationMs", 300)) / 1000
+            duration = _number(body, "durationMs", 300) / 1000
             await device.touch(0, TouchAction.DOWN, x1, y1)
             for step in range(1, _SWIPE_STEPS + 1):
                 f = step / _SWIPE_STEPS
@@ -274,25 +270,26 @@ class DeviceApi:
         elif kind == "touch":
             action = _enum(TouchAction, _field(body, "action", str), "action")
             x, y = self._normalized(_number(body, "x"), _number(body, "y"))
-            await device.touch(int(body.get("pointerId", 0)), action, x, y)
+            await device.touch(int(_number(body, "pointerId", 0)), action, x, y)
         elif kind == "text":
             await device.text(_field(body, "text", str))
         elif kind == "key":
             await device.key(_enum(Key, _field(body, "key", str), "key"))
         elif kind == "scroll":
             x, y = self._normalized(_number(body, "x"), _number(body, "y"))
-            await device.scroll(x, y, float(body.get("dx", 0.0)), _number(body, "dy"))
+            await device.scroll(x, y, _number(body, "dx", 0.0), _number(body, "dy"))
         elif kind == "rotate":
             degrees = int(_number(body, "rotation"))
             try:
                 rotation = Rotation(degrees)
             except ValueError:
-                raise HttpError(400, "bad_request", "rotation must be 0, 90, 180 or 270") from None
+                raise RequestError(
+                    Reason.BAD_REQUEST, "rotation must be 0, 90, 180 or 270"
+                ) from None
             await device.rotate(rotation)
         else:
-            raise HttpError(
-                400,
-                "bad_request",
+            raise RequestError(
+                Reason.BAD_REQUEST,
                 f"unknown input type {kind!r} (tap, swipe, touch, text, key, scroll, rotate)",
             )
 
@@ -307,30 +304,29 @@ class DeviceApi:
             return _app(await self.device.install(path))
 
     async def _shell(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """By capability: the virtual device's shell is interpreted here (`AdbDevice`); a
+        device with a shell of its own (`ShellDevice`, an emulator's adbd) runs it."""
         command = _field(body, "command", str)
-        if self.device.describe().platform is not Platform.ANDROID:
-            raise HttpError(400, "unsupported", "POST /shell is for Android instances")
-        out, err = bytearray(), bytearray()
-
-        def sink(buffer: bytearray) -> Callable[[bytes], Awaitable[None]]:
-            async def write(data: bytes) -> None:
-                if len(buffer) + len(data) > MAX_SHELL_OUTPUT:
-                    raise HttpError(413, "too_large", "the command printed more than 16 MiB")
-                buffer.extend(data)
-
-            return write
-
-        shell = Interpreter(cast(AdbDevice, self.device))
-        status: int | None = None
+        device = self.device
+        if device.describe().platform is not Platform.ANDROID:
+            raise RequestError(Reason.UNSUPPORTED, "POST /shell is for Android instances")
+        out, err = bytearray(), bytearray()  # what the interpreter printed, if it runs
+        result: ShellResult | None = None
         with trio.move_on_after(SHELL_TIMEOUT_S):
-            status = await shell.run_line(command, CommandIO(sink(out), sink(err)))
-        if status is None:
+            if isinstance(device, AdbDevice):
+                status = await _interpret(device, command, out, err)
+                result = ShellResult(bytes(out), bytes(err), status)
+            elif isinstance(device, ShellDevice):
+                result = await device.run_shell(command)
+            else:
+                raise RequestError(Reason.UNSUPPORTED, "this device has no shell")
+        if result is None:
             err += f"devyard: the command timed out after {SHELL_TIMEOUT_S:g} s\n".encode()
-            status = 124  # what timeout(1) exits with
+            result = ShellResult(bytes(out), bytes(err), 124)  # what timeout(1) exits with
         return {
-            "stdout": out.decode(errors="replace"),
-            "stderr": err.decode(errors="replace"),
-            "exitCode": status,
+            "stdout": result.stdout.decode(errors="replace"),
+            "stderr": result.stderr.decode(errors="replace"),
+            "exitCode": result.exit_code,
         }
 
     async def _files(self, req: ApiRequest) -> Response:
@@ -348,7 +344,21 @@ class DeviceApi:
         if req.method == "DELETE":
             await device.remove(path, recursive=req.arg("recursive", "false") == "true")
             return Response.of_json({"ok": True})
-        raise HttpError(405, "method_not_allowed", f"{req.method} is not allowed on /files")
+        raise RequestError(Reason.METHOD_NOT_ALLOWED, f"{req.method} is not allowed on /files")
+
+
+async def _interpret(device: AdbDevice, command: str, out: bytearray, err: bytearray) -> int:
+    """The command through hostd's own shell interpreter, printing into ``out``/``err``."""
+
+    def sink(buffer: bytearray) -> Callable[[bytes], Awaitable[None]]:
+        async def write(data: bytes) -> None:
+            if len(buffer) + len(data) > MAX_SHELL_OUTPUT:
+                raise RequestError(Reason.TOO_LARGE, "the command printed more than 16 MiB")
+            buffer.extend(data)
+
+        return write
+
+    return await Interpreter(device).run_line(command, CommandIO(sink(out), sink(err)))
 
 
 def _describe(device: DeviceDriver) -> dict[str, Any]:
@@ -375,7 +385,7 @@ def _int_arg(req: ApiRequest, name: str, default: int) -> int:
     try:
         return int(raw)
     except ValueError:
-        raise HttpError(400, "bad_request", f"{name!r} must be an integer") from None
+        raise RequestError(Reason.BAD_REQUEST, f"{name!r} must be an integer") from None
 
 
 def _enum(kind: Any, value: str, name: str) -> Any:
@@ -383,26 +393,13 @@ def _enum(kind: Any, value: str, name: str) -> Any:
         return kind(value)
     except ValueError:
         allowed = ", ".join(m.value for m in kind)
-        raise HttpError(400, "bad_request", f"{name!r} must be one of {allowed}") from None
+        raise RequestError(Reason.BAD_REQUEST, f"{name!r} must be one of {allowed}") from None
 
 
-def _error_response(exc: Exception) -> Response:
-    status, reason = 500, "device_error"
-    if isinstance(exc, HttpError):
-        return Response.of_json({"message": exc.message, "reason": exc.reason}, exc.status)
-    if isinstance(exc, InvalidInputError):
-        status, reason = 400, "bad_request"
-    elif isinstance(exc, UnsupportedOperationError):
-        status, reason = 400, "unsupported"
-    elif isinstance(exc, AppNotFoundError):
-        status, reason = 404, "app_not_found"
-    elif isinstance(exc, DeviceFileError):
-        status, reason = (404, "file_not_found") if exc.errno == 2 else (400, "file_error")
-    elif isinstance(exc, InstallError):
-        status, reason = 422, "install_failed"
-    elif isinstance(exc, PortClosedError):
-        status, reason = 502, "port_closed"
-    return Response.of_json({"message": str(exc), "reason": reason}, status)
+def _error_response(exc: RequestError | DeviceError | trio.ClosedResourceError) -> Response:
+    """The device API's HTTP boundary: an error's reason, its status from the one table."""
+    reason, message = classify(exc)
+    return Response.of_json({"message": message, "reason": reason.value}, STATUS[reason])
 
 
 async def serve_device_api(
@@ -412,10 +409,8 @@ async def serve_device_api(
     req = ApiRequest.from_open(request, stream)
     try:
         response = await DeviceApi(device).route(req)
-    except (HttpError, DeviceError) as exc:
+    except (RequestError, DeviceError, trio.ClosedResourceError) as exc:
         response = _error_response(exc)
-    except trio.ClosedResourceError:
-        response = _error_response(HttpError(410, "gone", "the instance is stopping"))
     if response.status >= 500:
         log.warning("device API %s %s: %s", req.method, req.path, response.body[:200])
     try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any, Final, cast
+from typing import Any, Final
 
 import trio
 
@@ -19,9 +19,10 @@ from ...core import (
     splice,
 )
 from ...core.adb_splice import adb_splice
+from ..adb import ProtocolError as AdbProtocolError
 from ..adb import serve_adb
 from ..adb.device import AdbDevice
-from ..drivers import DeviceDriver, Platform, PortClosedError
+from ..drivers import AndroidDevice, DeviceDriver, Platform, PortClosedError
 from .browser import serve_browser_stream
 from .device_api import serve_device_api
 
@@ -47,16 +48,34 @@ async def serve_streams(session: Session, devices: DeviceLookup) -> None:
 
 
 async def _serve_one(stream: MuxStream, devices: DeviceLookup) -> None:
+    """One stream, whatever happens to it: its failure ends it, never the host link (the
+    `serve_streams` nursery) and with it every other instance's streams on this host."""
+    request: dict[str, Any] = {}
     try:
-        with trio.fail_after(_PREAMBLE_TIMEOUT_S):
-            request = await read_open(stream)
+        try:
+            with trio.fail_after(_PREAMBLE_TIMEOUT_S):
+                request = await read_open(stream)
+        except (trio.TooSlowError, ProtocolError) as exc:
+            log.info("stream %d: bad open preamble: %s", stream.stream_id, exc)
+            return
         await _route(stream, request, devices)
-    except (trio.TooSlowError, ProtocolError) as exc:
-        log.info("stream %d: bad open preamble: %s", stream.stream_id, exc)
-    except (trio.BrokenResourceError, trio.ClosedResourceError):
+    except* (trio.BrokenResourceError, trio.ClosedResourceError):
         pass  # the edge or the device went away: nothing to answer
+    except* AdbProtocolError as group:
+        log.info("stream %d: %s", stream.stream_id, _describe(request, group.exceptions[0]))
+    except* Exception as group:
+        # A bug in one handler must not take the host's other streams down with it.
+        log.error(
+            "stream %d: %s", stream.stream_id, _describe(request, group.exceptions[0]),
+            exc_info=group.exceptions[0],
+        )  # fmt: skip
     finally:
         await trio.aclose_forcefully(stream)
+
+
+def _describe(request: dict[str, Any], exc: BaseException) -> str:
+    kind, instance_id = request.get("kind", "?"), request.get("instance_id", "?")
+    return f"{kind} stream of {instance_id} failed: {type(exc).__name__}: {exc}"
 
 
 async def _route(stream: MuxStream, request: dict[str, Any], devices: DeviceLookup) -> None:
@@ -80,7 +99,6 @@ async def _route(stream: MuxStream, request: dict[str, Any], devices: DeviceLook
 async def _serve_kind(stream: MuxStream, request: dict[str, Any], device: DeviceDriver) -> None:
     kind = request["kind"]
     instance_id = str(request.get("instance_id", ""))
-    platform = device.describe().platform
     if kind == "api":
         await accept_open(stream)
         await serve_device_api(stream, device, request)
@@ -91,18 +109,7 @@ async def _serve_kind(stream: MuxStream, request: dict[str, Any], device: Device
         await accept_open(stream)
         await serve_browser_stream(stream, device)
     elif kind == "adb":
-        if platform is not Platform.ANDROID:
-            await reject_open(stream, "bad-request", "ADB is for Android instances")
-            return
-        android = cast(AdbDevice, device)
-        adbd = await android.open_adb_transport()
-        await accept_open(stream)
-        if adbd is None:
-            await serve_adb(stream, android)  # the virtual device: we are its adbd
-        else:
-            # an emulator's own adbd: one bridge for both; its writes (pulls) are acknowledged
-            # here, next to it (docs/adb.md, "Early acknowledgement")
-            await adb_splice(adbd, stream)
+        await _serve_adb_kind(stream, device)
     elif kind == "http":
         port = request.get("port")
         if not isinstance(port, int) or not 0 < port < 65536:
@@ -117,3 +124,22 @@ async def _serve_kind(stream: MuxStream, request: dict[str, Any], device: Device
         await splice(stream, target)
     else:
         await reject_open(stream, "bad-request", f"unknown stream kind {kind!r}")
+
+
+async def _serve_adb_kind(stream: MuxStream, device: DeviceDriver) -> None:
+    """By capability: a device with its own adbd (an emulator) gets one bridge to it; a
+    device whose ADB device side hostd speaks (`AdbDevice`, the virtual one) is served here."""
+    if not isinstance(device, AndroidDevice) or device.describe().platform is not Platform.ANDROID:
+        await reject_open(stream, "bad-request", "ADB is for Android instances")
+        return
+    adbd = await device.open_adb_transport()
+    if adbd is None and not isinstance(device, AdbDevice):
+        await reject_open(stream, "bad-request", "this device has no ADB")
+        return
+    await accept_open(stream)
+    if adbd is not None:
+        # an emulator's own adbd: one bridge for both; its writes (pulls) are acknowledged
+        # here, next to it (docs/adb.md, "Early acknowledgement")
+        await adb_splice(adbd, stream)
+    elif isinstance(device, AdbDevice):
+        await serve_adb(stream, device)  # the virtual device: we are its adbd

@@ -31,6 +31,7 @@ from .routes import (
     instances,
     organizations,
     scoped_tokens,
+    secret_scanning,
     tunnels,
 )
 from .routes.assets import install_assets, local_asset_blobs
@@ -104,7 +105,7 @@ def create_app(
     app.before_request(before_request)
     for module in (health, identity, organizations, api_keys, instances, tunnels):
         app.register_blueprint(module.blueprint)
-    for module in (scoped_tokens, analytics):
+    for module in (scoped_tokens, analytics, secret_scanning):
         app.register_blueprint(module.blueprint)
     if asset_blobs is None:
         asset_blobs = local_asset_blobs(store, config)

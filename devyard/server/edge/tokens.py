@@ -1,8 +1,10 @@
 """Host tokens: what a host daemon presents (``Authorization: Bearer``) to open a host link.
 
-A token is ``dyh_<key id>_<secret>``; one token stands for one host, whose id is
-``host_<key id>``, so a host that reconnects keeps its id. Only a SHA-256 of each token is kept,
-one ``<key id> <sha256 hex>`` line per token in ``DATA_DIR/host-tokens`` (mode 0600), beside
+A token is ``dyh_<key id>_<secret><checksum>`` (`store.tokens`, docs/security.md; tokens made
+before the checksum, ``dyh_<12 hex>_<43 url-safe base64>``, still verify); one token stands for
+one host, whose id is ``host_<key id>``, so a host that reconnects keeps its id. Only a SHA-256
+of each token is kept, one ``<key id> <sha256 hex>`` line per token in ``DATA_DIR/host-tokens``
+(mode 0600), beside
 the admin key file: host tokens are operator credentials, not organization data, so they live
 with the server's other local secrets instead of in the store (docs/edge.md).
 """
@@ -12,14 +14,15 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
-import secrets
 from pathlib import Path
 from typing import Final
+
+from ..store.tokens import PREFIXES, TokenKind, new_token
 
 __all__ = ["HOST_TOKENS_FILE", "HostTokens", "create_host_token", "host_id_of"]
 
 HOST_TOKENS_FILE: Final = "host-tokens"
-_PREFIX: Final = "dyh_"
+_PREFIX: Final = PREFIXES[TokenKind.HOST_TOKEN] + "_"
 
 
 def _digest(token: str) -> str:
@@ -66,8 +69,8 @@ class HostTokens:
 
 def create_host_token(path: Path) -> tuple[str, str]:
     """Add a new token to *path*; return ``(host_id, token)``. The token is shown once."""
-    key_id = secrets.token_hex(6)
-    token = f"{_PREFIX}{key_id}_{secrets.token_urlsafe(32)}"
+    secret = new_token(TokenKind.HOST_TOKEN)
+    key_id, token = secret.lookup_id, secret.plaintext
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     with os.fdopen(fd, "a") as out:

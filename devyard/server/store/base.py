@@ -24,10 +24,13 @@ owned by the server config (see docs/store.md).
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Final, Protocol
 
 import attrs
+
+from .audit import AuditEvent
 
 __all__ = [
     "DEFAULT_SETTINGS",
@@ -37,6 +40,7 @@ __all__ = [
     "ApiKey",
     "ApiKeyCredential",
     "Asset",
+    "AuditEvent",
     "BucketSize",
     "Feedback",
     "FeedbackKind",
@@ -627,3 +631,12 @@ class Store(Protocol):
 
     async def get_tunnel_by_token(self, token_lookup: str) -> TunnelCredential:
         """For connector authentication: NotFound for an unknown lookup id."""
+
+    # -- audit events (audit.py) -----------------------------------------------------------
+    async def add_audit_event(
+        self, *, org_id: str, kind: str, subject: str | None, detail: Mapping[str, Any]
+    ) -> AuditEvent:
+        """Records what the organization is told (no secrets in *detail*)."""
+
+    async def list_audit_events(self, org_id: str, *, limit: int = 100) -> list[AuditEvent]:
+        """Newest first, at most *limit* (capped at 500)."""

@@ -32,6 +32,7 @@ class Kind(enum.StrEnum):
     API_KEY = "key"
     FEEDBACK = "fbk"
     SCOPED_TOKEN = "stk"  # noqa: S105 (an id prefix, not a secret)
+    AUDIT_EVENT = "aud"
 
 
 def _encode(value: int) -> str:

@@ -252,4 +252,21 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
             "CREATE INDEX tunnels_by_org ON tunnels (org_id, id)",
         ),
     ),
+    Migration(
+        6,
+        "audit events: what an organization is told about its credentials (leaked tokens)",
+        (
+            """
+            CREATE TABLE audit_events (
+                id         TEXT PRIMARY KEY,
+                org_id     TEXT NOT NULL REFERENCES organizations (id) ON DELETE CASCADE,
+                kind       TEXT NOT NULL,
+                subject    TEXT,
+                detail     TEXT NOT NULL,
+                created_at {timestamp} NOT NULL
+            )
+            """,
+            "CREATE INDEX audit_events_by_org ON audit_events (org_id, id)",
+        ),
+    ),
 )

@@ -20,6 +20,7 @@ import attrs
 
 from . import rows
 from .assets import SqlAssets
+from .audit import SqlAudit
 from .base import (
     DEFAULT_SETTINGS,
     UNSET,
@@ -94,7 +95,7 @@ def _get_key(tx: Tx, org_id: str, key_id: str) -> ApiKey:
     return rows.api_key(_one(tx, sql, {"id": key_id, "org_id": org_id}, "API key", key_id))
 
 
-class SqlStore(SqlInstances, SqlTunnels, SqlAssets, SqlScopedTokens, SqlUsage):
+class SqlStore(SqlInstances, SqlTunnels, SqlAssets, SqlScopedTokens, SqlUsage, SqlAudit):
     """The `base.Store` over a `Database`; obtain one with `open_store`."""
 
     def __init__(self, db: Database, *, clock: Callable[[], datetime] = utc_now) -> None:

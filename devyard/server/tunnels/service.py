@@ -7,7 +7,7 @@ deletion), after which every connector of the tunnel gets a permanent error and 
 know each other only through this module, as the instances service and the host links do
 through `server/hosts.py`.
 
-Tokens are ``dyt_<lookup>_<secret>`` (`store.tokens.new_secret`), stored hashed; the
+Tokens are ``dyt_<lookup>_<secret><checksum>`` (`store.tokens.new_secret`), stored hashed; the
 plaintext leaves this module only in the result of `create` and `rotate`.
 """
 
@@ -47,13 +47,12 @@ __all__ = [
     "parse_tunnel_token",
 ]
 
-TOKEN_PREFIX: Final = "dyt"  # noqa: S105 - a prefix, not a secret
+TOKEN_PREFIX: Final = tokens.PREFIXES[tokens.TokenKind.TUNNEL_TOKEN]
 DEFAULT_EXPIRY_MONTHS: Final = 12
 MIN_EXPIRY_MONTHS: Final = 1
 MAX_EXPIRY_MONTHS: Final = 60
 EXPIRY_WARNING: Final = timedelta(days=14)
 _NAME_RE: Final = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")
-_TOKEN_RE: Final = re.compile(rf"{TOKEN_PREFIX}_([0-9A-Za-z]{{12}})_[0-9A-Za-z]{{43}}")
 
 
 class InvalidTunnelField(ValueError):
@@ -155,8 +154,7 @@ def add_months(when: datetime, months: int) -> datetime:
 
 def parse_tunnel_token(token: str) -> str | None:
     """The lookup id of a well-formed tunnel token, else None (no query needed)."""
-    match = _TOKEN_RE.fullmatch(token)
-    return match.group(1) if match else None
+    return tokens.parse_token(tokens.TokenKind.TUNNEL_TOKEN, token)
 
 
 def _check_name(name: str) -> str:

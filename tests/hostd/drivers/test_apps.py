@@ -15,8 +15,8 @@ from devyard.hostd.drivers import (
     Platform,
     UnsupportedOperationError,
 )
+from devyard.hostd.drivers._shared.packages import read_package
 from devyard.hostd.drivers.virtual import VirtualDevice
-from devyard.hostd.drivers.virtual.packages import read_package
 
 from . import axml
 from .conftest import OpenDevice, make_apk, package_apk

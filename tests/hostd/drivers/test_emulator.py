@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import io
+import json
 import os
 import shutil
 import stat
@@ -21,9 +22,11 @@ from pathlib import Path
 import attrs
 import pytest
 import trio
+import trio.testing
 from PIL import Image
 
 from devyard.hostd.adb import AdbConfig, serve_adb_tcp
+from devyard.hostd.adb.device import AdbDevice
 from devyard.hostd.adb.packets import Command, Packet, PacketDecoder, encode_packet
 from devyard.hostd.daemon import HostdConfig
 from devyard.hostd.drivers import (
@@ -39,6 +42,7 @@ from devyard.hostd.drivers import (
     Platform,
     PortClosedError,
     Rotation,
+    ShellDevice,
     TouchAction,
     UnsupportedOperationError,
     drivers_by_name,
@@ -47,6 +51,7 @@ from devyard.hostd.drivers import (
 from devyard.hostd.drivers.emulator import EmulatorConfig, EmulatorDevice, Mode, emulator_argv
 from devyard.hostd.drivers.emulator.device import open_emulator_device
 from devyard.hostd.drivers.virtual import VirtualDevice
+from devyard.hostd.endpoints.device_api import ApiRequest, DeviceApi
 from tests.ports import free_port
 
 from .conftest import package_apk
@@ -496,3 +501,30 @@ async def test_second_instance_needs_a_free_address(rig: Rig, tmp_path: Path) ->
     with pytest.raises(DeviceError, match="in use"):
         async with open_emulator_device(spec, rig.config):
             pass
+
+
+async def test_the_device_api_shell_runs_on_the_devices_own_shell(rig: Rig) -> None:
+    """POST /shell by capability: the emulator is no AdbDevice, so the command goes to its
+    own shell through `adb shell` (here the virtual device's adbd answers), never to hostd's
+    interpreter, which would reach for verbs only the virtual device has."""
+    assert not isinstance(rig.dev, AdbDevice) and isinstance(rig.dev, ShellDevice)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(rig.virtual.serve_abstract, "devtools", echo)
+
+        async def shell(command: str) -> dict[str, object]:
+            body = trio.testing.MemoryReceiveStream()
+            body.put_data(json.dumps({"command": command}).encode())
+            body.put_eof()
+            request = ApiRequest("POST", "/shell", {}, "application/json", body)
+            response = await DeviceApi(rig.dev).route(request)
+            assert response.status == 200, response.body
+            answer: dict[str, object] = json.loads(response.body)
+            return answer
+
+        with trio.fail_after(20):
+            sockets = await shell("cat /proc/net/unix")  # the device's listening() table
+            failed = await shell("ls /nowhere")
+        nursery.cancel_scope.cancel()
+    assert sockets["exitCode"] == 0
+    assert "@devtools" in str(sockets["stdout"])
+    assert failed["exitCode"] != 0 and "nowhere" in str(failed["stderr"])

@@ -6,8 +6,8 @@ import trio
 import trio.testing
 
 from devyard.hostd.drivers import LogLevel
+from devyard.hostd.drivers._shared.logbuffer import LogBuffer
 from devyard.hostd.drivers.virtual import VirtualDevice
-from devyard.hostd.drivers.virtual.logbuffer import LogBuffer
 
 
 async def test_device_logs_boot_launches_and_input_without_typed_text(

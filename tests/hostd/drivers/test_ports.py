@@ -7,8 +7,8 @@ import pytest
 import trio
 
 from devyard.hostd.drivers import InvalidInputError, PortClosedError
+from devyard.hostd.drivers._shared.ports import ListeningSocket, SocketKind
 from devyard.hostd.drivers.virtual import VirtualDevice
-from devyard.hostd.drivers.virtual.ports import ListeningSocket, SocketKind
 
 
 async def tiny_http(stream: trio.SocketStream) -> None:

@@ -107,19 +107,23 @@ async def test_the_host_downloads_checks_installs_and_launches(
         platform=Platform.ANDROID, instance_id="android_t_1", sandbox_dir=tmp_path / "sb"
     )
     async with open_virtual_device(spec) as device:
-        await install_initial_assets(device, entries, tmp_path / "sb" / "initial-assets")
+        # the server that signs the URLs is on loopback: the host trusts its origin
+        trusted = [served.url]
+        await install_initial_assets(
+            device, entries, tmp_path / "sb" / "initial-assets", trusted=trusted
+        )
         apps = {a.app_id: a for a in await device.list_apps()}
         assert not apps["com.acme.first"].running
         assert apps["com.acme.second"].running
 
         wrong_md5 = [{**entries[0], "md5": hashlib.md5(b"other").hexdigest()}]
-        with pytest.raises(InitialAssetError, match="md5"):
-            await install_initial_assets(device, wrong_md5, tmp_path / "w")
+        with pytest.raises(InitialAssetError, match="checksum-mismatch"):
+            await install_initial_assets(device, wrong_md5, tmp_path / "w", trusted=trusted)
         await served.http.delete(
             f"{served.url}/v1/assets/{first['id']}", headers=callers.member.headers
         )
-        with pytest.raises(InitialAssetError, match="HTTP 404"):
-            await install_initial_assets(device, entries[:1], tmp_path / "w")
+        with pytest.raises(InitialAssetError, match=r"'first\.apk' \(unavailable\)"):
+            await install_initial_assets(device, entries[:1], tmp_path / "w", trusted=trusted)
         await _uploaded(served, callers, "notes.txt", b"not a zip")
         get = await served.http.get(
             f"{served.url}/v1/assets",
@@ -132,4 +136,5 @@ async def test_the_host_downloads_checks_installs_and_launches(
                 device,
                 [{"name": "notes.txt", "url": notes["signedDownloadUrl"], "md5": notes["md5"]}],
                 tmp_path / "w",
+                trusted=trusted,
             )

@@ -19,7 +19,8 @@ from devyard.server.store.tokens import (
 
 def test_api_key_has_scannable_prefix_lookup_and_256_bit_secret() -> None:
     key = new_api_key()
-    assert re.fullmatch(r"dy_[0-9A-Za-z]{12}_[0-9A-Za-z]{43}", key.plaintext)
+    # 43 characters of secret, then the 6-character CRC32 checksum (docs/security.md)
+    assert re.fullmatch(r"dy_[0-9A-Za-z]{12}_[0-9A-Za-z]{43}[0-9A-Za-z]{6}", key.plaintext)
     assert key.plaintext.split("_")[1] == key.lookup_id
     assert parse_api_key(key.plaintext) == key.lookup_id
 
@@ -64,7 +65,7 @@ def test_parse_api_key_accepts_only_the_exact_form(text: str) -> None:
     lookup = parse_api_key(text)
     if lookup is not None:
         assert text.startswith(f"dy_{lookup}_")
-        assert len(text) == 3 + 12 + 1 + 43
+        assert len(text) in (3 + 12 + 1 + 43, 3 + 12 + 1 + 43 + 6)  # old form, checksummed
 
 
 def test_ids_carry_their_kind_and_sort_in_creation_order() -> None:

@@ -13,7 +13,6 @@ refusal at once, and no forward is left behind to clean up.
 
 from __future__ import annotations
 
-import os
 import shlex
 from collections.abc import Sequence
 from typing import Final
@@ -60,7 +59,7 @@ class AdbCli:
 
     path: str
     server_port: int | None = None
-    env: dict[str, str] | None = None
+    env: dict[str, str] = attrs.Factory(dict)  # adb's whole environment (EmulatorConfig.tool_env)
     timeout: float = 30.0
 
     def argv(self, *args: str, serial: str | None = None) -> list[str]:
@@ -101,8 +100,7 @@ class AdbCli:
     def effective_server_port(self) -> int:
         if self.server_port is not None:
             return self.server_port
-        env = os.environ if self.env is None else self.env
-        value = env.get("ANDROID_ADB_SERVER_PORT", "")
+        value = self.env.get("ANDROID_ADB_SERVER_PORT", "")
         return int(value) if value.isdigit() else DEFAULT_SERVER_PORT
 
     async def open_service(self, serial: str, service: str) -> trio.SocketStream:

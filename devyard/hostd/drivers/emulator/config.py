@@ -1,7 +1,9 @@
 """How the ``android-emulator`` driver finds its tools and its device: `EmulatorConfig`.
 
-One config per host daemon, read from the environment when hostd opens a device
-(`EmulatorConfig.from_env`); tests build one directly. The mode follows from it:
+One config per host daemon, read from the environment by hostd's CLI
+(`EmulatorConfig.from_env` in devyard/hostd/commands.py) and handed down through
+`HostdConfig.emulator`; tests build one directly. Nothing below the CLI reads the process
+environment: `env` is the tools' whole environment. The mode follows from it:
 
 - **attach** when ``attach`` lists adbd addresses (``DEVYARD_EMULATOR_ATTACH=host:port,...``):
   each instance takes the first address no other instance of this process holds, runs
@@ -19,7 +21,6 @@ Environment (all optional): ``ANDROID_SDK_ROOT`` (or ``ANDROID_HOME``) for
 from __future__ import annotations
 
 import enum
-import os
 import shlex
 import shutil
 from collections.abc import Mapping
@@ -72,7 +73,7 @@ class EmulatorConfig:
     attach_timeout: float = 60.0  # attach: adb connect to a device that answers
     command_timeout: float = 30.0  # one adb command (shell, forward, connect...)
     transfer_timeout: float = 600.0  # adb install / push / pull
-    env: Mapping[str, str] | None = None  # the tools' environment; None: this process's
+    env: Mapping[str, str] = attrs.field(factory=dict)  # the tools' whole environment
 
     @property
     def mode(self) -> Mode:
@@ -93,13 +94,14 @@ class EmulatorConfig:
                 avd=env.get("DEVYARD_EMULATOR_AVD") or None,
                 emulator_args=tuple(shlex.split(env.get("DEVYARD_EMULATOR_ARGS", ""))),
                 boot_timeout=float(boot) if boot else 300.0,
+                env=dict(env),
             )
         except ValueError as exc:
             raise InvalidSpecError(f"android-emulator configuration: {exc}") from None
 
     def tool_env(self) -> dict[str, str]:
         """The environment adb and the emulator run with."""
-        env = dict(os.environ if self.env is None else self.env)
+        env = dict(self.env)
         if self.sdk_root is not None:
             env.setdefault("ANDROID_SDK_ROOT", str(self.sdk_root))
         if self.adb_server_port is not None:

@@ -27,7 +27,12 @@ an adb command against ``target.serial``, bounded by the config's timeouts (a ti
 | logs | a ``logcat -v threadtime`` follower into a ring buffer, restarted if it ends |
 | properties (cached) | ``getprop`` at start |
 | settings | ``settings get/put/delete/list`` |
+| run_shell | ``shell COMMAND`` (the device API's ``POST /shell``) |
 | open_port, open_abstract | ``tcp:P``, ``localabstract:NAME`` via the adb server's smart socket |
+
+The verbs live by section: `_screen` (screencap, frames), `_input` (gestures, keys, text),
+`_files` (push, pull, ls) and this module (lifecycle, apps, logs, settings, sockets), over
+the state and helpers of `_base`.
 
 Sync members (`describe`, `properties`, `logs`, `frames`, `request_keyframe`) never block: they
 read what the last adb answer left in this object.
@@ -35,137 +40,61 @@ read what the last adb answer left in this object.
 
 from __future__ import annotations
 
-import enum
-import errno
 import functools
-import hashlib
-import io
 import math
-import os
-import posixpath
 import shutil
 import subprocess
-from collections.abc import AsyncIterable, AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Final
 
-import attrs
 import trio
-from PIL import Image
 
+from ....core._groups import collapse_single_group
 from .._errors import (
-    AppNotFoundError,
     DeviceError,
-    DeviceFileError,
     InstallError,
     InvalidInputError,
-    InvalidSpecError,
-    UnsupportedOperationError,
 )
+from .._shared.logbuffer import LogBuffer
+from .._shared.packages import label_from_id, read_package
 from ..base import (
-    DEFAULT_MAX_FPS,
     AppInfo,
     Codec,
     DeviceInfo,
     DeviceSpec,
-    FileEntry,
-    Frame,
-    Key,
     LogEntry,
     LogLevel,
     Platform,
     Rotation,
-    TouchAction,
+    ShellResult,
 )
-from ..virtual.logbuffer import LogBuffer
-from ..virtual.packages import label_from_id, read_package
-from .adb import AdbCli, AdbError, AdbResult, quote_all
+from ._base import State
+from ._files import FilesMixin
+from ._input import InputMixin
+from ._screen import ScreenMixin
+from .adb import AdbError, quote_all
 from .config import EmulatorConfig
 from .parse import (
-    errno_in,
-    file_kind,
     parse_getprop,
     parse_logcat_line,
-    parse_ls_line,
     parse_packages,
     parse_settings_list,
     parse_wm,
-    png_size,
 )
-from .target import Target, acquire
+from .target import acquire
 
 __all__ = ["DRIVER_NAME", "EmulatorDevice", "open_emulator_device"]
 
 DRIVER_NAME: Final = "android-emulator"
-MAX_SCROLL: Final = 10.0  # screen heights per scroll call, as the virtual device
-_TAP_SLOP: Final = 0.04  # of the shorter side: less movement than this is a tap
-_LONG_PRESS_S: Final = 0.5
-_SWIPE_MS: Final = (100, 5000)
-_SCROLL_STEP: Final = 0.5  # screen fractions per swipe of a scroll
-_MAX_SCROLL_SWIPES: Final = 20
-_IDLE_FRAME_POLL_S: Final = 0.1  # unchanged screen: screencap at most this often
-_JPEG_QUALITY: Final = 80
 _LOGCAT_RESTART_S: Final = 1.0
+MAX_SHELL_OUTPUT: Final = 16 * 1024 * 1024  # as the device API's POST /shell
 _SETTINGS_NAMESPACES: Final = frozenset({"system", "secure", "global"})
-_KEYCODES: Final = {
-    Key.HOME: "KEYCODE_HOME", Key.BACK: "KEYCODE_BACK", Key.APP_SWITCH: "KEYCODE_APP_SWITCH",
-    Key.ENTER: "KEYCODE_ENTER", Key.DELETE: "KEYCODE_DEL", Key.TAB: "KEYCODE_TAB",
-    Key.ESCAPE: "KEYCODE_ESCAPE", Key.PASTE: "KEYCODE_PASTE", Key.POWER: "KEYCODE_POWER",
-    Key.VOLUME_UP: "KEYCODE_VOLUME_UP", Key.VOLUME_DOWN: "KEYCODE_VOLUME_DOWN",
-    Key.MENU: "KEYCODE_MENU",
-}  # fmt: skip
 
 
-class _State(enum.Enum):
-    NEW = "new"
-    RUNNING = "running"
-    CLOSED = "closed"
-
-
-@attrs.define
-class _Pointer:
-    start: tuple[int, int]
-    last: tuple[int, int]
-    down_at: float
-
-
-def _encode_jpeg(png: bytes, max_size: int | None) -> tuple[bytes, int, int]:
-    with Image.open(io.BytesIO(png)) as image:
-        picture = image.convert("RGB")
-    if max_size is not None and max(picture.size) > max_size:
-        picture.thumbnail((max_size, max_size))
-    out = io.BytesIO()
-    picture.save(out, "JPEG", quality=_JPEG_QUALITY)
-    return out.getvalue(), picture.width, picture.height
-
-
-class EmulatorDevice:
+class EmulatorDevice(ScreenMixin, InputMixin, FilesMixin):
     """One Android device driven through adb; see the module docstring."""
-
-    def __init__(self, spec: DeviceSpec, config: EmulatorConfig) -> None:
-        if Platform(spec.platform) is not Platform.ANDROID:
-            raise InvalidSpecError(f"the android-emulator driver runs android, not {spec.platform}")
-        self._spec = spec
-        self._config = config
-        self._adb = AdbCli(
-            config.resolve_adb(), config.adb_server_port, config.tool_env(), config.command_timeout
-        )
-        self._state = _State.NEW
-        self._target: Target | None = None
-        self._background = trio.CancelScope()
-        self._logs = LogBuffer()
-        self._started_at = 0.0
-        self._properties: dict[str, str] = {}
-        self._size = (0, 0)
-        self._rotation = Rotation.PORTRAIT
-        self._density = 0
-        self._clipboard = ""
-        self._pointers: dict[int, _Pointer] = {}
-        self._labels: dict[str, tuple[str, str]] = {}  # installed here: id -> (label, version)
-        self._keyframe_requested = trio.Event()
-        self._keyframe_generation = 0
-        self._spool = iter(range(1, 1 << 62))
 
     def __repr__(self) -> str:
         serial = self._target.serial if self._target else "-"
@@ -175,9 +104,9 @@ class EmulatorDevice:
     async def start(self) -> None:
         """Create the sandbox, get the device (launch or attach) and read what describe()
         needs. Call once, then run `follow_logs` in a task; `aclose` undoes both."""
-        if self._state is not _State.NEW:
+        if self._state is not State.NEW:
             raise RuntimeError("an EmulatorDevice starts once")
-        self._state = _State.RUNNING
+        self._state = State.RUNNING
         self._started_at = trio.current_time()
         self._logs = LogBuffer(started_at=self._started_at)
         await trio.Path(self._spec.sandbox_dir).mkdir(parents=True, exist_ok=True)
@@ -186,10 +115,10 @@ class EmulatorDevice:
 
     async def aclose(self) -> None:
         """Stop following logs, kill the emulator or disconnect, remove the sandbox."""
-        if self._state is _State.CLOSED:
+        if self._state is State.CLOSED:
             await trio.lowlevel.checkpoint()
             return
-        self._state = _State.CLOSED
+        self._state = State.CLOSED
         self._background.cancel()
         self._logs.close()
         self._keyframe_requested.set()  # frame iterators wake up and see CLOSED
@@ -198,14 +127,6 @@ class EmulatorDevice:
                 await self._target.stop()
             sandbox = self._spec.sandbox_dir
             await trio.to_thread.run_sync(lambda: shutil.rmtree(sandbox, ignore_errors=True))
-
-    @property
-    def serial(self) -> str:
-        return self._require_target().serial
-
-    @property
-    def target(self) -> Target:
-        return self._require_target()
 
     def describe(self) -> DeviceInfo:
         target = self._target
@@ -242,157 +163,6 @@ class EmulatorDevice:
             natural = (int(width), int(height)) if width.isdigit() and height.isdigit() else (0, 0)
             landscape = self._rotation.is_landscape
             self._size = (natural[1], natural[0]) if landscape else natural
-
-    # -- screen -----------------------------------------------------------------------------
-    async def screenshot(self) -> bytes:
-        self._check_open()
-        result = await self._adb.run("exec-out", "screencap -p", serial=self.serial)
-        png = result.stdout
-        try:
-            self._size = png_size(png)
-        except ValueError:
-            raise AdbError(f"screencap gave no PNG: {result.text[:200]!r}") from None
-        return png
-
-    def frames(
-        self,
-        *,
-        codec: Codec = Codec.JPEG,
-        max_fps: float = DEFAULT_MAX_FPS,
-        max_size: int | None = None,
-    ) -> AsyncIterator[Frame]:
-        self._check_open()
-        if codec is not Codec.JPEG:
-            raise UnsupportedOperationError(f"the android-emulator driver sends jpeg, not {codec}")
-        if not (math.isfinite(max_fps) and max_fps > 0):
-            raise InvalidInputError(f"max_fps must be positive: {max_fps}")
-        if max_size is not None and max_size < 1:
-            raise InvalidInputError(f"max_size must be positive: {max_size}")
-        return self._frames(max_fps, max_size)
-
-    async def _frames(self, max_fps: float, max_size: int | None) -> AsyncIterator[Frame]:
-        """Pull-paced: a screencap only when the viewer wants the next frame, so the newest
-        picture always wins and nothing queues. Unchanged pictures are not sent."""
-        spacing = 1.0 / max_fps
-        seq, last_digest, seen_generation = 0, b"", -1
-        while True:
-            self._check_open()
-            captured_at = trio.current_time()
-            png = await self.screenshot()
-            digest = hashlib.blake2b(png, digest_size=16).digest()
-            forced = seen_generation != self._keyframe_generation
-            if forced or digest != last_digest:
-                seen_generation, last_digest = self._keyframe_generation, digest
-                jpeg, width, height = await trio.to_thread.run_sync(_encode_jpeg, png, max_size)
-                pts = int((captured_at - self._started_at) * 1_000_000)
-                yield Frame(Codec.JPEG, jpeg, width, height, pts, True, seq)
-                seq += 1
-                await trio.sleep_until(captured_at + spacing)
-            else:
-                await trio.sleep_until(captured_at + spacing)
-                with trio.move_on_at(captured_at + max(spacing, _IDLE_FRAME_POLL_S)):
-                    await self._keyframe_requested.wait()
-
-    def request_keyframe(self) -> None:
-        self._check_open()
-        self._keyframe_generation += 1
-        self._keyframe_requested.set()
-        self._keyframe_requested = trio.Event()
-
-    # -- input ------------------------------------------------------------------------------
-    async def touch(self, pointer_id: int, action: TouchAction, x: float, y: float) -> None:
-        """adb cannot hold a finger down: DOWN and MOVE are recorded, and UP replays the
-        gesture as one ``input tap`` (little movement, short), or ``input swipe`` (a drag, or
-        a long press: a swipe that does not move). CANCEL forgets the pointer."""
-        self._check_open()
-        point = self._pixels(x, y)
-        action = TouchAction(action)
-        now = trio.current_time()
-        if action is TouchAction.DOWN:
-            self._pointers[pointer_id] = _Pointer(point, point, now)
-        elif action is TouchAction.MOVE:
-            if pointer_id in self._pointers:
-                self._pointers[pointer_id].last = point
-        elif action is TouchAction.CANCEL:
-            self._pointers.pop(pointer_id, None)
-        else:
-            pointer = self._pointers.pop(pointer_id, None)
-            if pointer is not None:
-                await self._gesture(pointer.start, point, now - pointer.down_at)
-                return
-        await trio.lowlevel.checkpoint()
-
-    async def _gesture(self, start: tuple[int, int], end: tuple[int, int], held: float) -> None:
-        slop = _TAP_SLOP * min(self._size)
-        moved = math.dist(start, end) >= slop
-        if not moved and held < _LONG_PRESS_S:
-            await self._input("tap", *start)
-        else:
-            ms = max(_SWIPE_MS[0], min(_SWIPE_MS[1], round(held * 1000)))
-            await self._input("swipe", *start, *end, ms)
-
-    async def tap(self, x: float, y: float) -> None:
-        self._check_open()
-        await self._input("tap", *self._pixels(x, y))
-
-    async def key(self, key: Key) -> None:
-        self._check_open()
-        key = Key(key)
-        if key is Key.PASTE:
-            await self.text(self._clipboard)  # the device's clipboard is not ours to set
-            return
-        await self._input("keyevent", _KEYCODES[key])
-
-    async def text(self, text: str) -> None:
-        """``input text``, one line at a time with ENTER between. ASCII only: the device's
-        ``input text`` cannot type other characters."""
-        self._check_open()
-        bad = next((c for c in text if (ord(c) < 32 and c != "\n") or ord(c) == 127), None)
-        if bad is not None:
-            raise InvalidInputError(f"text may not contain control character {bad!r}")
-        if not text.isascii():
-            raise UnsupportedOperationError("adb's `input text` types ASCII characters only")
-        for i, line in enumerate(text.split("\n")):
-            if i:
-                await self._input("keyevent", _KEYCODES[Key.ENTER])
-            if line:
-                await self._input("text", line.replace(" ", "%s"))
-
-    async def scroll(self, x: float, y: float, dx: float, dy: float) -> None:
-        """Swipes the other way (content follows the finger), in steps of half a screen."""
-        self._check_open()
-        self._pixels(x, y)
-        if not all(math.isfinite(d) and abs(d) <= MAX_SCROLL for d in (dx, dy)):
-            raise InvalidInputError(f"scroll amounts must be within ±{MAX_SCROLL:g}: {dx}, {dy}")
-        steps = min(_MAX_SCROLL_SWIPES, max(1, math.ceil(max(abs(dx), abs(dy)) / _SCROLL_STEP)))
-        ex = min(1.0, max(0.0, x - dx / steps))
-        ey = min(1.0, max(0.0, y - dy / steps))
-        if (ex, ey) == (x, y):
-            await trio.lowlevel.checkpoint()
-            return
-        for _ in range(steps):
-            await self._input("swipe", *self._pixels(x, y), *self._pixels(ex, ey), 300)
-
-    async def get_clipboard(self) -> str:
-        self._check_open()
-        await trio.lowlevel.checkpoint()
-        return self._clipboard
-
-    async def set_clipboard(self, text: str) -> None:
-        """Kept in hostd: ``Key.PASTE`` types it. (Android 10+ lets only the focused app or
-        the IME write the clipboard; adb has no verb for it.)"""
-        self._check_open()
-        self._clipboard = text
-        await trio.lowlevel.checkpoint()
-
-    async def rotate(self, rotation: Rotation) -> None:
-        self._check_open()
-        rotation = Rotation(rotation)
-        await self._shell("settings put system accelerometer_rotation 0")
-        await self._shell(f"settings put system user_rotation {rotation.value // 90}")
-        if rotation.is_landscape != self._rotation.is_landscape:
-            self._size = (self._size[1], self._size[0])
-        self._rotation = rotation
 
     # -- apps -------------------------------------------------------------------------------
     async def install(self, path: Path) -> AppInfo:
@@ -458,99 +228,6 @@ class EmulatorDevice:
         if result.status != 0 or "Error:" in result.text:
             raise DeviceError(f"am start {url}: {result.text}")
 
-    # -- files ------------------------------------------------------------------------------
-    async def push(
-        self, device_path: str, data: bytes | AsyncIterable[bytes], *, mode: int = 0o644
-    ) -> int:
-        """Spooled to a file in the sandbox (its mode is what adb push sends), then pushed;
-        adb creates the parent directories."""
-        self._check_open()
-        path = self._device_path(device_path)
-        spool = trio.Path(self._spool_path())
-        written = 0
-        try:
-            async with await spool.open("wb") as out:
-                if isinstance(data, bytes | bytearray | memoryview):
-                    written += len(data)
-                    await out.write(data)
-                else:
-                    async for chunk in data:
-                        written += len(chunk)
-                        await out.write(chunk)
-            await spool.chmod(mode & 0o7777)
-            result = await self._adb.run(
-                "push", str(spool), path, serial=self.serial,
-                time_limit=self._config.transfer_timeout, check=False,
-            )  # fmt: skip
-            self._raise_file_error(result, path)
-        finally:
-            with trio.CancelScope(shield=True):
-                await spool.unlink(missing_ok=True)
-        return written
-
-    async def pull(self, device_path: str) -> bytes:
-        self._check_open()
-        path = self._device_path(device_path)
-        spool = trio.Path(self._spool_path())
-        try:
-            result = await self._adb.run(
-                "pull", path, str(spool), serial=self.serial,
-                time_limit=self._config.transfer_timeout, check=False,
-            )  # fmt: skip
-            self._raise_file_error(result, path)
-            if await spool.is_dir():
-                raise DeviceFileError(path, errno.EISDIR)
-            return await spool.read_bytes()
-        finally:
-            with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(_remove_host_path, Path(spool))
-
-    async def stat(self, device_path: str) -> FileEntry:
-        """From ``ls -lad``: mtime to the minute (toybox ls prints no seconds)."""
-        self._check_open()
-        path = self._device_path(device_path)
-        result = await self._shell(quote_all(["ls", "-lad", path]), check=False)
-        self._raise_file_error(result, path)
-        for line in result.out.splitlines():
-            entry = parse_ls_line(line)
-            if entry is not None:
-                name = posixpath.basename(path.rstrip("/")) or "/"
-                return FileEntry(name, path, file_kind(entry.mode), entry.size, entry.mode,
-                                 entry.mtime)  # fmt: skip
-        raise DeviceError(f"ls -lad {path}: cannot read {result.text!r}")
-
-    async def ls(self, device_path: str) -> list[FileEntry]:
-        self._check_open()
-        path = self._device_path(device_path)
-        result = await self._shell(quote_all(["ls", "-la", path]), check=False)
-        self._raise_file_error(result, path)
-        entries = []
-        for line in result.out.splitlines():
-            entry = parse_ls_line(line)
-            if entry is None or entry.name in (".", ".."):
-                continue
-            if entry.name == path:  # ls of a file lists the file itself
-                return [await self.stat(path)]
-            child = posixpath.join(path, entry.name)
-            entries.append(FileEntry(entry.name, child, file_kind(entry.mode), entry.size,
-                                     entry.mode, entry.mtime))  # fmt: skip
-        return sorted(entries, key=lambda e: e.name)
-
-    async def mkdir(self, device_path: str) -> None:
-        self._check_open()
-        path = self._device_path(device_path)
-        self._raise_file_error(
-            await self._shell(quote_all(["mkdir", "-p", path]), check=False), path
-        )
-
-    async def remove(self, device_path: str, *, recursive: bool = False) -> None:
-        self._check_open()
-        path = self._device_path(device_path)
-        if path == "/":
-            raise DeviceFileError(path, errno.EPERM)
-        words = ["rm", "-r", path] if recursive else ["rm", path]
-        self._raise_file_error(await self._shell(quote_all(words), check=False), path)
-
     # -- logs -------------------------------------------------------------------------------
     def logs(self, *, after: int = 0) -> list[LogEntry]:
         return self._logs.since(after)
@@ -586,9 +263,6 @@ class EmulatorDevice:
                     parsed = parse_logcat_line(raw.decode(errors="replace"))
                     if parsed is not None:
                         self._logs.append(*parsed)
-
-    def _log(self, level: LogLevel, message: str) -> None:
-        self._logs.append(level, "devyard", message)
 
     # -- Android properties and settings ----------------------------------------------------
     def properties(self) -> Mapping[str, str]:
@@ -636,6 +310,16 @@ class EmulatorDevice:
             raise InvalidInputError(f"bad abstract socket name {name!r}")
         return await self._adb.open_service(self.serial, f"localabstract:{name}")
 
+    # -- shell ------------------------------------------------------------------------------
+    async def run_shell(self, command: str) -> ShellResult:
+        """``adb shell COMMAND`` on the device's own shell (shell v2 keeps stderr and the exit
+        status apart). The caller bounds its time; cancelling it kills the adb client."""
+        self._check_open()
+        result = await self._adb.shell(self.serial, command, time_limit=math.inf, check=False)
+        if len(result.stdout) + len(result.stderr) > MAX_SHELL_OUTPUT:
+            raise DeviceError(f"the command printed more than {MAX_SHELL_OUTPUT} bytes")
+        return ShellResult(result.stdout, result.stderr, result.status)
+
     async def open_adb_transport(self) -> trio.abc.Stream:
         """A TCP connection to the device's own adbd (the emulator's console port + 1, or the
         attach address): the ADB bridge splices the user's adb to it."""
@@ -646,54 +330,6 @@ class EmulatorDevice:
         except OSError as exc:
             raise DeviceError(f"adbd of {self.serial} at {host}:{port}: {exc}") from exc
 
-    # -- helpers ----------------------------------------------------------------------------
-    def _check_open(self) -> None:
-        if self._state is _State.CLOSED:
-            raise trio.ClosedResourceError(f"{self._spec.instance_id} is closed")
-        if self._state is _State.NEW or self._target is None:
-            raise RuntimeError("the device has not been started")
-
-    def _require_target(self) -> Target:
-        if self._target is None:
-            raise RuntimeError("the device has not been started")
-        return self._target
-
-    async def _shell(self, command: str, *, check: bool = True) -> AdbResult:
-        return await self._adb.shell(self.serial, command, check=check)
-
-    async def _input(self, *args: str | int) -> None:
-        await self._shell(quote_all(["input", *(str(a) for a in args)]))
-
-    async def _require_app(self, app_id: str) -> None:
-        if not app_id or any(c.isspace() for c in app_id):
-            raise AppNotFoundError(app_id)
-        result = await self._shell(quote_all(["pm", "path", app_id]), check=False)
-        if result.status != 0 or "package:" not in result.out:
-            raise AppNotFoundError(app_id)
-
-    def _pixels(self, x: float, y: float) -> tuple[int, int]:
-        if not (math.isfinite(x) and math.isfinite(y) and 0 <= x <= 1 and 0 <= y <= 1):
-            raise InvalidInputError(f"coordinates must be normalized to [0, 1]: ({x}, {y})")
-        width, height = self._size
-        return min(width - 1, int(x * width)), min(height - 1, int(y * height))
-
-    def _device_path(self, device_path: str) -> str:
-        if not device_path.startswith("/") or "\0" in device_path or "\n" in device_path:
-            raise InvalidInputError(f"device paths are absolute: {device_path!r}")
-        return posixpath.normpath(device_path)
-
-    def _spool_path(self) -> Path:
-        return self._spec.sandbox_dir / f"transfer-{next(self._spool)}"
-
-    @staticmethod
-    def _raise_file_error(result: AdbResult, path: str) -> None:
-        if result.status == 0:
-            return
-        code = errno_in(result.text)
-        if code is not None:
-            raise DeviceFileError(path, code)
-        raise DeviceError(f"{path}: {result.text or f'adb exited {result.status}'}")
-
 
 def _ns(namespace: str) -> str:
     if namespace not in _SETTINGS_NAMESPACES:
@@ -701,34 +337,24 @@ def _ns(namespace: str) -> str:
     return namespace
 
 
-def _remove_host_path(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        path.unlink(missing_ok=True)
-
-
 @asynccontextmanager
 async def open_emulator_device(
     spec: DeviceSpec, config: EmulatorConfig | None = None
 ) -> AsyncIterator[EmulatorDevice]:
-    """Launch or attach (``config``, default: `EmulatorConfig.from_env`); stop on exit."""
-    device = EmulatorDevice(spec, config or EmulatorConfig.from_env(os.environ))
+    """Launch or attach as ``config`` says (hostd's CLI loads it: `EmulatorConfig.from_env`;
+    default: tools from ``PATH``, launch mode); stop on exit."""
+    device = EmulatorDevice(spec, config or EmulatorConfig())
     try:
         await device.start()
-        try:
+        # follow_logs never raises: a lone exception is the body's, raised as the virtual
+        # driver would raise it, not wrapped in the nursery's group.
+        with collapse_single_group():
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(device.follow_logs)
                 try:
                     yield device
                 finally:
                     nursery.cancel_scope.cancel()
-        except BaseExceptionGroup as group:
-            # follow_logs never raises: a lone exception is the body's; raise it as the
-            # virtual driver would, not wrapped in the nursery's group.
-            if len(group.exceptions) == 1:
-                raise group.exceptions[0] from None
-            raise
     finally:
         with trio.CancelScope(shield=True):
             await device.aclose()

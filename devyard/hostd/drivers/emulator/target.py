@@ -109,11 +109,19 @@ async def attach(config: EmulatorConfig, adb: AdbCli) -> Target:
 # -- launch ---------------------------------------------------------------------------------
 
 
-def emulator_argv(config: EmulatorConfig, avd: str, port: int) -> list[str]:
-    """The emulator command line for console port ``port`` (adbd listens on port + 1)."""
+def emulator_argv(
+    config: EmulatorConfig, avd: str, port: int, *, http_proxy: str | None = None
+) -> list[str]:
+    """The emulator command line for console port ``port`` (adbd listens on port + 1).
+
+    ``http_proxy`` (``http://USER:PASSWORD@127.0.0.1:PORT``, the instance's egress proxy with
+    its credentials; hostd/egress.py) makes the emulator send the guest's TCP through it: the
+    emulator process dials the proxy from the host, so the guest never holds the credentials.
+    """
+    proxy = ["-http-proxy", http_proxy] if http_proxy else []
     return [
         config.resolve_emulator(), "-avd", avd, "-no-window", "-no-audio",
-        "-port", str(port), "-read-only", *config.emulator_args,
+        "-port", str(port), "-read-only", *proxy, *config.emulator_args,
     ]  # fmt: skip
 
 

@@ -5,8 +5,8 @@ xcode/gradle build machines; see `device.VirtualDevice` for the API and docs/dev
 the decisions (screen sizes, APK package detection, the port model).
 """
 
+from .._shared.ports import ListeningSocket, PortHandler, SocketKind
 from .device import DRIVER_NAME, VirtualDevice, open_virtual_device
-from .ports import ListeningSocket, PortHandler, SocketKind
 
 __all__ = [
     "DRIVER_NAME",

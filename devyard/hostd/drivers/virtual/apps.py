@@ -18,9 +18,9 @@ import attrs
 import trio
 
 from .._errors import AppNotFoundError, InstallError, InvalidInputError, UnsupportedOperationError
+from .._shared.packages import read_package
 from ..base import AppInfo, Platform
 from .models import ModelProfile
-from .packages import read_package
 from .ui import UiApp
 
 __all__ = ["AppStore", "InstalledApp"]

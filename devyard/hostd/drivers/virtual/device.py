@@ -69,6 +69,8 @@ from urllib.parse import urlsplit
 import trio
 
 from .._errors import AppNotFoundError, InvalidInputError, UnsupportedOperationError
+from .._shared.logbuffer import LogBuffer
+from .._shared.ports import ListeningSocket, PortHandler, PortTable, SocketKind
 from ..base import (
     DEFAULT_MAX_FPS,
     AppInfo,
@@ -86,9 +88,7 @@ from ..base import (
 )
 from .apps import AppStore
 from .frames import LiveScreen
-from .logbuffer import LogBuffer
 from .models import android_properties, profile
-from .ports import ListeningSocket, PortHandler, PortTable, SocketKind
 from .sandbox import Sandbox
 from .settings import AndroidSettings
 from .ui import LogLines, Screen
