@@ -2,39 +2,51 @@
 
 The instances service decides *what* runs *where* (lifecycle, placement, timeouts); the edge
 holds one multiplexed link per connected host daemon and carries orders and events over it.
-Neither imports the other: the edge implements `HostRegistry`, the instances service
-implements `InstanceEvents`, and `serve_server` wires one to the other.
+Neither imports the other, and neither holds the other: the edge implements `HostRegistry`
+(orders go down), and publishes what hosts report as `HostEvent`s on a bounded memory channel
+that the instances service consumes (events go up). `serve_server` builds both top-down.
 
 Order of events for one instance (docs/protocol.md section 7 carries them on the link):
 
+    edge:    HostRegistered(host_id, instances)       -> reconcile what the host runs
     service: registry.start_instance(host_id, order)  -> the host has the order (assigned)
-    host:    events.on_instance_event(host_id, InstanceEvent(id, READY, ...))
+    host:    InstanceReported(host_id, InstanceEvent(id, READY, ...))
     ...
     service: registry.stop_instance(host_id, id)      -> the host tears it down
-    host:    events.on_instance_event(host_id, InstanceEvent(id, TERMINATED, ...))
-    edge:    events.on_host_lost(host_id)             -> the link is gone (after its grace)
+    host:    InstanceReported(host_id, InstanceEvent(id, TERMINATED, ...))
+    edge:    HostLost(host_id)                        -> the link is gone (after its grace)
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import attrs
+import trio
 
 __all__ = [
+    "EVENT_BUFFER",
+    "AccessDenied",
+    "AccessReason",
+    "Activity",
+    "HostEvent",
     "HostInfo",
+    "HostLost",
+    "HostRegistered",
     "HostRegistry",
     "HostUnavailableError",
     "InstanceAccess",
-    "InstanceAccessError",
     "InstanceDirectory",
     "InstanceEvent",
-    "InstanceEvents",
     "InstanceOrder",
     "InstancePhase",
+    "InstanceReported",
     "InstanceRoute",
+    "TunnelRejected",
+    "TunnelRejection",
 ]
 
 
@@ -107,14 +119,56 @@ class HostRegistry(Protocol):
         ...
 
 
-class InstanceEvents(Protocol):
-    """Implemented by the instances service; the edge calls it."""
+@attrs.frozen
+class InstanceReported:
+    """A host reported *event* about one of its instances."""
 
-    async def on_instance_event(self, host_id: str, event: InstanceEvent) -> None: ...
+    host_id: str
+    event: InstanceEvent
 
-    async def on_host_lost(self, host_id: str) -> None:
-        """The host's link is gone and did not come back within the grace period."""
-        ...
+
+@attrs.frozen
+class HostRegistered:
+    """A host's link registered. ``instances``: the ids its hello says it runs now (None: an
+    older host that does not say, so nothing is reconciled); ``at``: trio time of the
+    registration (orders handed over later are not in the list, and are not reconciled)."""
+
+    host_id: str
+    instances: frozenset[str] | None
+    at: float
+
+
+@attrs.frozen
+class HostLost:
+    """The host's link is gone and did not come back within the grace period."""
+
+    host_id: str
+
+
+#: What the edge publishes, in the order it happened, for the instances service to consume.
+HostEvent = InstanceReported | HostRegistered | HostLost
+
+#: The bound of the channel that carries `HostEvent`s (the edge waits when it is full).
+EVENT_BUFFER: Final = 64
+
+
+class Activity:
+    """When client traffic last reached each instance (trio time): the edge's gateway writes
+    it (`InstanceDirectory.touch`), the instances service reads it for inactivity timeouts.
+    A plain value both are given; neither holds the other."""
+
+    def __init__(self, clock: Callable[[], float] = trio.current_time) -> None:
+        self._clock = clock
+        self._last: dict[str, float] = {}
+
+    def touch(self, instance_id: str) -> None:
+        self._last[instance_id] = self._clock()
+
+    def last(self, instance_id: str) -> float | None:
+        return self._last.get(instance_id)
+
+    def forget(self, instance_id: str) -> None:
+        self._last.pop(instance_id, None)
 
 
 @attrs.frozen
@@ -127,22 +181,51 @@ class InstanceAccess:
     stream_only: bool  # the stream token: the browser stream and viewer page only
 
 
-class InstanceAccessError(Exception):
-    """Why a per-instance request is refused: an HTTP status, a reason code and a message."""
+class AccessReason(enum.Enum):
+    """Why an instance cannot be reached (each boundary maps these once: the edge's HTTP
+    refusals in ``edge/asgi.py``, its preamble codes in ``edge/egress.py``)."""
 
-    def __init__(self, status: int, reason: str, message: str) -> None:
+    UNKNOWN = "unknown"  # no such instance
+    GONE = "gone"  # it was terminated
+    WRONG_TOKEN = "wrong-token"  # noqa: S105 - a reason, not a secret: the token opens another instance, or none
+    NOT_READY = "not-ready"  # creating or assigned: not reachable yet
+    NOT_ON_HOST = "not-on-host"  # a host asked about an instance placed elsewhere
+    NOT_ON_TUNNEL = "not-on-tunnel"  # egress for an instance that names no tunnel
+
+
+class AccessDenied(Exception):
+    """A per-instance request is refused; *message* is for people and names no secret."""
+
+    def __init__(self, reason: AccessReason, message: str) -> None:
         super().__init__(message)
-        self.status = status
+        self.reason = reason
+        self.message = message
+
+
+class TunnelRejection(enum.Enum):
+    """Why the tunnel an instance names cannot be used (spec 4.1 rule 3); the API maps
+    these once (``api/_errors.py``)."""
+
+    UNSUPPORTED = "unsupported"  # the platform has no tunnels (xcode, gradle)
+    INVALID_NAME = "invalid-name"  # not a tunnel name
+    NOT_FOUND = "not-found"  # no such tunnel in the organization
+    SELECTORS = "selectors"  # Android and an exact selector port below 1024
+    OFFLINE = "offline"  # no connector holds it now (retryable)
+
+
+class TunnelRejected(Exception):
+    def __init__(self, reason: TunnelRejection, message: str) -> None:
+        super().__init__(message)
         self.reason = reason
         self.message = message
 
 
 class InstanceDirectory(Protocol):
-    """Implemented by the instances service; the edge's per-instance gateway calls it."""
+    """What the edge's gateway and egress ask about instances: store reads and token rules
+    (`devyard.server.instances.StoreInstanceDirectory`)."""
 
     async def authorize(self, instance_id: str, token: str) -> InstanceAccess:
-        """Raises InstanceAccessError: 404 unknown, 410 terminated, 401 wrong token, 409 not
-        ready yet."""
+        """Raises AccessDenied (UNKNOWN, GONE, WRONG_TOKEN, NOT_READY)."""
         ...
 
     def touch(self, instance_id: str) -> None:
@@ -150,8 +233,8 @@ class InstanceDirectory(Protocol):
         ...
 
     async def route(self, host_id: str, instance_id: str) -> InstanceRoute:
-        """Where an instance's egress goes. Raises InstanceAccessError (404 unknown or not on
-        this host, 410 terminated, 400 not on a tunnel)."""
+        """Where an instance's egress goes. Raises AccessDenied (UNKNOWN, NOT_ON_HOST, GONE,
+        NOT_ON_TUNNEL)."""
         ...
 
 

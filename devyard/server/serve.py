@@ -23,19 +23,19 @@ from urllib.parse import urlsplit
 
 import trio
 
+from ..core.link import CONNECTOR_PATH, HOST_PATH
 from ..core.transports import is_loopback_host
 from .bootstrap import FirstStart, bootstrap_organization, first_start
 from .config import ServerConfig
-from .edge import DEFAULT_HOST_GRACE, HOST_CONNECTIONS_PATH, HOST_TOKENS_FILE, HostTokens, open_edge
-from .edge.connectors import CONNECTOR_CONNECTIONS_PATH, DEFAULT_QUICK_GRACE, open_connector_hub
+from .edge import DEFAULT_HOST_GRACE, HOST_TOKENS_FILE, HostTokens, open_edge
+from .edge.connectors import DEFAULT_QUICK_GRACE, open_connector_hub
 from .edge.gateway import INSTANCES_PREFIX, InstanceGateway
-from .edge.links import LoggingInstanceEvents
-from .edge.rawlinks import LinkApp, serve_raw_links
-from .hosts import InstanceEvents
+from .edge.rawlinks import RawRoute, open_raw_listeners, serve_raw_links
+from .hosts import EVENT_BUFFER, Activity, HostEvent
 from .store import Store, open_store
 
 if TYPE_CHECKING:
-    from .api.serve import BoundServer
+    from .api.serve import BoundServer, RawASGI
 
 log = logging.getLogger(__name__)
 
@@ -69,23 +69,24 @@ async def serve_server(
     config: ServerConfig,
     *,
     shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
-    events: InstanceEvents | None = None,
+    host_events: trio.MemorySendChannel[HostEvent] | None = None,
     host_grace: float = DEFAULT_HOST_GRACE,
     quick_grace: float = DEFAULT_QUICK_GRACE,
     task_status: trio.TaskStatus[BoundServer] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Open the store and serve the control API and the edge's host and connector links.
 
-    ``task_status`` gets the ``BoundServer`` (its ``hosts`` is the edge's `HostRegistry`);
-    *events* receives what hosts report (the instances service; a logger until it is wired).
+    ``task_status`` gets the ``BoundServer`` (its ``hosts`` is the edge's `HostRegistry`).
+    *host_events*, for tests of the edge alone: what hosts report goes there instead of to
+    the instances service.
     """
     async with open_configured_store(config) as store:
         await _serve(
             store,
             config,
             shutdown_trigger,
-            events,
-            host_grace,
+            host_events=host_events,
+            host_grace=host_grace,
             quick_grace=quick_grace,
             task_status=task_status,
         )
@@ -95,63 +96,77 @@ async def _serve(
     store: Store,
     config: ServerConfig,
     shutdown_trigger: Callable[[], Awaitable[None]] | None,
-    events: InstanceEvents | None,
-    host_grace: float,
     *,
+    host_events: trio.MemorySendChannel[HostEvent] | None = None,
+    host_grace: float = DEFAULT_HOST_GRACE,
     quick_grace: float = DEFAULT_QUICK_GRACE,
     task_status: trio.TaskStatus[BoundServer] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """The API and the edge over an open store, on one port."""
+    """The API and the edge over an open store, on one port, built top-down: the connector
+    hub, the edge (publishing host events), the services (consuming them), the API."""
     from .api.serve import serve_api  # noqa: PLC0415 - the web stack loads only to serve
-    from .instances import InstanceService  # noqa: PLC0415 - loads only to serve
-    from .tunnels import TunnelService  # noqa: PLC0415 - loads only to serve
+    from .instances import InstanceService, StoreInstanceDirectory  # noqa: PLC0415
+    from .tunnels import StoreTunnelDirectory, TunnelService  # noqa: PLC0415
 
     tokens = HostTokens(config.data_dir / HOST_TOKENS_FILE)
-    tunnel_service = TunnelService(store)
+    activity = Activity()
+    directory = StoreInstanceDirectory(store, activity)
+    receive_events: trio.MemoryReceiveChannel[HostEvent] | None = None
+    if host_events is None:
+        send_events, receive_events = trio.open_memory_channel[HostEvent](EVENT_BUFFER)
+    else:
+        send_events = host_events
+    # Hosts the store has live instances on: each gets the host-lost grace until it links.
+    expected = {i.host_id for i in await store.list_live_instances() if i.host_id is not None}
     async with (
-        open_edge(tokens, events or LoggingInstanceEvents(), grace=host_grace) as edge,
-        open_connector_hub(tunnel_service, quick_grace=quick_grace) as connectors,
+        open_connector_hub(StoreTunnelDirectory(store), quick_grace=quick_grace) as connectors,
+        open_edge(
+            tokens, send_events, directory, connectors, grace=host_grace, expected=expected
+        ) as edge,
+        trio.open_nursery() as nursery,
     ):
-        tunnel_service.hub = connectors  # the service tells the edge about token/tunnel ends
-        # The edge and the instances service know each other only through server/hosts.py.
-        service = InstanceService(store, edge, regions=config.regions, home_region=config.region)
-        service.tunnels = connectors
-        edge.directory, edge.tunnels = service, connectors  # hosts' egress into tunnels
-        if events is None:
-            edge.events = service
-        links: dict[str, LinkApp] = {
-            HOST_CONNECTIONS_PATH: edge,
-            CONNECTOR_CONNECTIONS_PATH: connectors,
-        }
-        gateway = InstanceGateway(edge, service)
-        async with trio.open_nursery() as nursery:
-            await nursery.start(service.run)
-            link_port = None
-            if config.link_listen is not None:
-                link_port = await nursery.start(
-                    partial(
-                        serve_raw_links,
-                        config.link_listen.host,
-                        config.link_listen.port,
-                        {**links, INSTANCES_PREFIX: gateway},  # adb only, there
-                        ssl_context=_link_tls(config),
-                    )
-                )
-                gateway.raw_link = advertised_raw_link(config, link_port)
-            await serve_api(
-                store,
-                config,
-                shutdown_trigger=shutdown_trigger,
-                websockets=dict(links),
-                link_port=link_port,
-                prefixes={INSTANCES_PREFIX: gateway},
-                hosts=edge,
-                instance_service=service,
-                tunnel_service=tunnel_service,
-                tunnels=connectors,
-                task_status=task_status,
+        tunnel_service = TunnelService(store, connectors)
+        service = InstanceService(
+            store,
+            edge,
+            events=receive_events,
+            tunnels=connectors,
+            activity=activity,
+            regions=config.regions,
+            home_region=config.region,
+        )
+        await nursery.start(service.run)
+        links: dict[str, RawASGI] = {HOST_PATH: edge, CONNECTOR_PATH: connectors}
+        link_port = None
+        raw_link = None
+        listeners = None
+        if config.link_listen is not None:
+            listeners, link_port = await open_raw_listeners(
+                config.link_listen.host, config.link_listen.port, ssl_context=_link_tls(config)
             )
-            nursery.cancel_scope.cancel()
+            raw_link = advertised_raw_link(config, link_port)
+        gateway = InstanceGateway(edge, directory, raw_link=raw_link)
+        if listeners is not None:
+            raw_routes: dict[str, RawRoute] = {
+                HOST_PATH: edge.serve_upgrade,
+                CONNECTOR_PATH: connectors.serve_upgrade,
+                INSTANCES_PREFIX: gateway.serve_upgrade,  # adb only, there
+            }
+            await nursery.start(serve_raw_links, listeners, raw_routes)
+        await serve_api(
+            store,
+            config,
+            shutdown_trigger=shutdown_trigger,
+            websockets=dict(links),
+            link_port=link_port,
+            prefixes={INSTANCES_PREFIX: gateway},
+            hosts=edge,
+            instance_service=service,
+            tunnel_service=tunnel_service,
+            tunnels=connectors,
+            task_status=task_status,
+        )
+        nursery.cancel_scope.cancel()
 
 
 async def _watch_signals(
@@ -242,7 +257,7 @@ async def run_server(
                 first = await first_start(store, config.admin_key_path) if bootstrap else None
                 async with trio.open_nursery() as serving:
                     bound: BoundServer = await serving.start(
-                        partial(_serve, store, config, shutdown.wait, None, DEFAULT_HOST_GRACE)
+                        partial(_serve, store, config, shutdown.wait)
                     )
                     _banner(out, bound, config, first)
                     if companion is not None:

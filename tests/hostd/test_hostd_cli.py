@@ -16,7 +16,6 @@ from devyard.server.edge import Edge
 from devyard.server.serve import serve_server
 from tests.e2e._cli import DEVYARD, clean_env, run
 from tests.polling import eventually
-from tests.server.edge.test_host_links import Recorder
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +38,7 @@ async def test_cli_host_token_and_hostd_register_and_stop(tmp_path: Path) -> Non
 
     config = ServerConfig(data_dir=server_dir, listen=ListenAddress("127.0.0.1", 0))
     async with trio.open_nursery() as nursery:
-        bound: BoundServer = await nursery.start(partial(serve_server, config, events=Recorder()))
+        bound: BoundServer = await nursery.start(partial(serve_server, config))
         edge = bound.hosts
         assert isinstance(edge, Edge)
         argv = [
@@ -69,7 +68,7 @@ async def test_cli_hostd_with_a_bad_token_exits_with_a_clear_message(tmp_path: P
     config = ServerConfig(data_dir=tmp_path / "server", listen=ListenAddress("127.0.0.1", 0))
     (tmp_path / "token").write_text("dyh_abc_wrong\n")
     async with trio.open_nursery() as nursery:
-        bound: BoundServer = await nursery.start(partial(serve_server, config, events=Recorder()))
+        bound: BoundServer = await nursery.start(partial(serve_server, config))
         argv = [
             "hostd", "--server", bound.local_url, "--token-file", str(tmp_path / "token"),
             "--region", "eu", "--data-dir", str(tmp_path / "host"),

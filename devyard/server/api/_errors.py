@@ -29,6 +29,7 @@ from typing import ClassVar, Final
 from quart import Quart, Response, jsonify, request
 from werkzeug.exceptions import HTTPException
 
+from ..hosts import TunnelRejected, TunnelRejection
 from ..store import errors as store_errors
 
 log = logging.getLogger(__name__)
@@ -47,6 +48,7 @@ __all__ = [
     "Unavailable",
     "Unprocessable",
     "from_store_error",
+    "from_tunnel_rejected",
     "install_error_handlers",
 ]
 
@@ -197,6 +199,27 @@ def from_store_error(exc: store_errors.StoreError) -> APIError:
     if isinstance(exc, store_errors.StoreUnavailable):
         return Unavailable("the database is unavailable; retry later", retry_after=1.0)
     return InternalError("internal error")
+
+
+class _RetryableConflict(Conflict):
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": "2"}
+
+
+# Spec 4.1 rule 3: a missing tunnel names it (404); an offline one is a retryable 409, like a
+# full fleet (with Retry-After); a tunnel the platform cannot use is 422.
+_TUNNEL_REJECTED: Final[dict[TunnelRejection, tuple[type[APIError], str]]] = {
+    TunnelRejection.UNSUPPORTED: (Unprocessable, "tunnel_unsupported"),
+    TunnelRejection.INVALID_NAME: (Unprocessable, "invalid_body"),
+    TunnelRejection.NOT_FOUND: (NotFound, "tunnel_not_found"),
+    TunnelRejection.SELECTORS: (Unprocessable, "tunnel_selectors"),
+    TunnelRejection.OFFLINE: (_RetryableConflict, "tunnel_offline"),
+}
+
+
+def from_tunnel_rejected(exc: TunnelRejected) -> APIError:
+    cls, reason = _TUNNEL_REJECTED[exc.reason]
+    return cls(exc.message, reason=reason)
 
 
 def _respond(error: APIError) -> Response:

@@ -4,12 +4,11 @@
 live host links and is the ASGI app of the ``/v1/host_connections`` WebSocket route.
 """
 
-from .links import DEFAULT_HOST_GRACE, HOST_CONNECTIONS_PATH, Edge, open_edge
+from .links import DEFAULT_HOST_GRACE, Edge, open_edge
 from .tokens import HOST_TOKENS_FILE, HostTokens, create_host_token
 
 __all__ = [
     "DEFAULT_HOST_GRACE",
-    "HOST_CONNECTIONS_PATH",
     "HOST_TOKENS_FILE",
     "Edge",
     "HostTokens",

@@ -7,22 +7,42 @@ handles a refused upgrade the same way as any other API error.
 from __future__ import annotations
 
 import json
-from collections.abc import MutableMapping
-from typing import Any
+from collections.abc import Iterable, MutableMapping
+from typing import Any, Final
 from urllib.parse import parse_qs
 
 import trio
 
+from ..hosts import AccessReason
 from .asgi_stream import Send
 
-__all__ = ["bearer_token", "error_body", "reject_websocket", "send_http", "send_http_error"]
+__all__ = [
+    "ACCESS_REFUSALS",
+    "bearer_from",
+    "bearer_token",
+    "error_body",
+    "error_headers",
+    "reject_websocket",
+    "send_http",
+    "send_http_error",
+]
+
+#: The edge's HTTP answer to each `AccessReason`: (status, the APIError ``reason``).
+ACCESS_REFUSALS: Final[dict[AccessReason, tuple[int, str]]] = {
+    AccessReason.UNKNOWN: (404, "not_found"),
+    AccessReason.GONE: (410, "gone"),
+    AccessReason.WRONG_TOKEN: (401, "unauthorized"),
+    AccessReason.NOT_READY: (409, "not_ready"),
+    AccessReason.NOT_ON_HOST: (404, "not_found"),
+    AccessReason.NOT_ON_TUNNEL: (400, "bad_request"),
+}
 
 
 def error_body(message: str, reason: str) -> bytes:
     return json.dumps({"message": message, "reason": reason}).encode()
 
 
-def _error_headers(status: int, body: bytes) -> list[tuple[bytes, bytes]]:
+def error_headers(status: int, body: bytes) -> list[tuple[bytes, bytes]]:
     headers = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),
@@ -33,32 +53,48 @@ def _error_headers(status: int, body: bytes) -> list[tuple[bytes, bytes]]:
     return headers
 
 
-def bearer_token(scope: MutableMapping[str, Any], *, query: bool = False) -> str | None:
-    """The ``Authorization: Bearer`` credential, else (with *query*) the ``token`` parameter."""
-    for name, value in scope.get("headers", []):
+def bearer_from(
+    headers: Iterable[tuple[bytes, bytes]], query_string: bytes | None = None
+) -> str | None:
+    """The ``Authorization: Bearer`` credential, else (given a *query_string*) its ``token``
+    parameter."""
+    for name, value in headers:
         if bytes(name).lower() == b"authorization":
             scheme, _, credential = bytes(value).decode("latin-1").partition(" ")
             if scheme.lower() == "bearer" and credential.strip():
                 return credential.strip()
-    if query:
-        params = parse_qs(bytes(scope.get("query_string", b"")).decode("latin-1"))
+    if query_string is not None:
+        params = parse_qs(bytes(query_string).decode("latin-1"))
         values = params.get("token")
         if values and values[0]:
             return values[0]
     return None
 
 
+def bearer_token(scope: MutableMapping[str, Any], *, query: bool = False) -> str | None:
+    """`bearer_from` an ASGI scope (with *query*, the ``token`` parameter too)."""
+    query_string = bytes(scope.get("query_string", b"")) if query else None
+    return bearer_from(scope.get("headers", []), query_string)
+
+
 async def reject_websocket(
-    scope: MutableMapping[str, Any], send: Send, status: int, message: str, reason: str
+    scope: MutableMapping[str, Any],
+    send: Send,
+    status: int,
+    message: str,
+    reason: str,
+    *,
+    body: bytes | None = None,
 ) -> None:
-    """Refuse an upgrade with an HTTP response (ASGI websocket.http.response), else close."""
+    """Refuse an upgrade with an HTTP response (ASGI websocket.http.response), else close.
+    The body is `error_body` unless given."""
     if "websocket.http.response" in scope.get("extensions", {}):
-        body = error_body(message, reason)
+        body = error_body(message, reason) if body is None else body
         await send(
             {
                 "type": "websocket.http.response.start",
                 "status": status,
-                "headers": _error_headers(status, body),
+                "headers": error_headers(status, body),
             }
         )
         await send({"type": "websocket.http.response.body", "body": body})
@@ -77,4 +113,4 @@ async def send_http(
 
 async def send_http_error(send: Send, status: int, message: str, reason: str) -> None:
     body = error_body(message, reason)
-    await send_http(send, status, body, _error_headers(status, body))
+    await send_http(send, status, body, error_headers(status, body))

@@ -11,19 +11,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any, Final
+from typing import Any
 
 import trio
 
 from ...core.transports import MessageStream
 
-__all__ = [
-    "RAW_LINK_EXTENSION",
-    "ASGIWebSocketStream",
-    "Receive",
-    "Send",
-    "accept_link_stream",
-]
+__all__ = ["ASGIWebSocketStream", "Receive", "Send"]
 
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
@@ -70,21 +64,3 @@ class ASGIWebSocketStream(MessageStream):
         with trio.move_on_after(2.0, shield=True):
             with contextlib.suppress(OSError):
                 await self._send({"type": "websocket.close", "code": 1000})
-
-
-#: ASGI scope extension set by the raw link listener (`devyard.server.edge.rawlinks`): an
-#: object whose ``accept()`` answers the upgrade and returns the bare socket stream.
-RAW_LINK_EXTENSION: Final = "devyard.raw_link"
-
-
-async def accept_link_stream(
-    scope: MutableMapping[str, Any], receive: Receive, send: Send
-) -> trio.abc.Stream:
-    """Accept a link route's connection: the raw socket behind the raw link listener, else the
-    ASGI websocket as a stream."""
-    raw = scope.get("extensions", {}).get(RAW_LINK_EXTENSION)
-    if raw is not None:
-        stream: trio.abc.Stream = await raw.accept()
-        return stream
-    await send({"type": "websocket.accept"})
-    return ASGIWebSocketStream(receive, send)

@@ -4,8 +4,9 @@ Theory of operation
 -------------------
 A connector dials this route with its tunnel token in ``Authorization: Bearer`` (an API key is
 refused: the token must be a ``dyt_`` tunnel token). The token is checked before the upgrade:
-unknown, rotated or revoked is HTTP 401 with ``{"code": "token-invalid"}``, expired is 401 with
-``{"code": "token-expired"}``, so the connector can exit with the right code without a session.
+unknown, rotated or revoked is HTTP 401 with reason ``token-invalid``, expired is 401 with
+reason ``token-expired`` (the API's ``{message, reason}``, `_route`), so the connector can exit
+with the right code without a session.
 
 After the upgrade the link is a mux session whose first stream (opened by the connector) is
 the control stream (docs/protocol.md 7): ``hello {replace}`` -> ``registered {role, tunnel,
@@ -32,7 +33,6 @@ MockClock or a short grace.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import AsyncIterator, Callable, MutableMapping
 from contextlib import asynccontextmanager
@@ -49,9 +49,10 @@ from ...core import (
     RemoteProtocolError,
     Session,
     SessionGoneAwayError,
-    open_session,
+    UpgradeRequest,
     request_open,
 )
+from ...core.link import PROTO
 from ...core.selectors import SelectorError, SelectorHistory, parse_dest, parse_selectors
 from ..store.base import Tunnel
 from ..store.rows import utc_now
@@ -63,13 +64,13 @@ from ..tunnels import (
     TokenInvalid,
     TunnelStatus,
 )
-from .asgi import bearer_token
-from .asgi_stream import Receive, Send, accept_link_stream
+from ._route import LinkRequest, Refusal, refuse_hello, serve_asgi_link, serve_upgraded_link
+from .asgi_stream import Receive, Send
 
 log = logging.getLogger(__name__)
 
 __all__ = [
-    "CONNECTOR_CONNECTIONS_PATH",
+    "DEFAULT_MAX_CONNECTORS",
     "DEFAULT_QUICK_GRACE",
     "ConnectorHub",
     "TunnelDialError",
@@ -78,11 +79,10 @@ __all__ = [
     "open_connector_hub",
 ]
 
-CONNECTOR_CONNECTIONS_PATH: Final = "/v1/connector_connections"
 DEFAULT_QUICK_GRACE: Final = 600.0
-PROTO: Final = 1
-_HELLO_TIMEOUT: Final = 10.0
+DEFAULT_MAX_CONNECTORS: Final = 8
 _CLOSE_GRACE: Final = 2.0
+_SEND_BOUND: Final = 5.0  # seconds a connector gets to take a config or promote message
 _DAY: Final = 86400.0
 _GO_AWAY: Final = {
     EndReason.ROTATED: GoAwayCode.TOKEN_ROTATED,
@@ -106,7 +106,7 @@ class TunnelDialError(Exception):
 
 
 class TunnelDirectory(Protocol):
-    """What the hub needs of the tunnels service."""
+    """What the hub asks of the store (`devyard.server.tunnels.StoreTunnelDirectory`)."""
 
     async def authenticate(self, token: str) -> Tunnel: ...
 
@@ -156,11 +156,15 @@ class ConnectorHub:
         nursery: trio.Nursery,
         *,
         quick_grace: float = DEFAULT_QUICK_GRACE,
+        max_connectors: int = DEFAULT_MAX_CONNECTORS,
         now: Callable[[], datetime] = utc_now,
     ) -> None:
+        """*max_connectors*: connector links one tunnel may hold (active and standbys); one
+        more is refused before the upgrade (429, ``too-many-connectors``; it retries)."""
         self._directory = directory
         self._nursery = nursery
         self.quick_grace = quick_grace
+        self._max_connectors = max_connectors
         self._now = now
         self._tunnels: dict[str, _Tunnel] = {}  # by tunnel id
         self._by_name: dict[tuple[str, str], str] = {}  # (org id, name) -> tunnel id
@@ -187,7 +191,7 @@ class ConnectorHub:
         entry.learn(tunnel)
         message = {"type": "config", "selectors": _selectors(tunnel)}
         for connector in entry.connectors():
-            await _send_quietly(connector, message)
+            await _send_within(connector, message)
 
     async def on_tunnel_ended(self, tunnel: Tunnel, reason: EndReason) -> None:
         entry = self._tunnels.get(tunnel.id)
@@ -294,89 +298,84 @@ class ConnectorHub:
         tunnel_id = self._by_name.get((org_id, name))
         return None if tunnel_id is None else self._tunnels.get(tunnel_id)
 
-    # ---- the ASGI route --------------------------------------------------------------------
+    # ---- the link route (`_route.LinkRoute`) ----------------------------------------------
 
     async def __call__(self, scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
-        if scope.get("type") != "websocket":
-            raise RuntimeError("the connector link route takes websocket connections only")
-        first = await receive()
-        if first.get("type") != "websocket.connect":
-            return
+        await serve_asgi_link(self, scope, receive, send)
+
+    async def serve_upgrade(self, upgrade: UpgradeRequest) -> None:
+        """The route on the raw link port."""
+        await serve_upgraded_link(self, upgrade)
+
+    async def authenticate(self, request: LinkRequest) -> Tunnel:
+        """The tunnel a tunnel token opens (`Refusal` 401, reason ``token-invalid`` or
+        ``token-expired``, so a connector exits with the right code without a session)."""
         try:
-            tunnel = await self._directory.authenticate(bearer_token(scope) or "")
+            tunnel = await self._directory.authenticate(request.token or "")
         except TokenExpired:
-            await _reject(scope, send, "token-expired", "the tunnel token expired")
-            return
+            raise Refusal(401, "token-expired", "the tunnel token expired") from None
         except TokenInvalid:
-            await _reject(scope, send, "token-invalid", "invalid tunnel token")
-            return
-        stream = await accept_link_stream(scope, receive, send)
-        try:
-            await self._serve_link(tunnel, stream)
-        except* (trio.BrokenResourceError, trio.ClosedResourceError, trio.EndOfChannel):
-            log.info("tunnel %s: a connector link was lost", tunnel.name)
-        finally:
-            await trio.aclose_forcefully(stream)
-
-    async def _serve_link(self, tunnel: Tunnel, stream: trio.abc.Stream) -> None:
-        async with open_session(stream, client=False) as session:
-            with trio.fail_after(_HELLO_TIMEOUT):
-                control = ControlChannel(await session.accept_stream())
-                hello = await control.receive()
-            if hello.get("type") != "hello" or hello.get("proto") != PROTO:
-                await control.send(
-                    {
-                        "type": "error",
-                        "code": "protocol-unsupported",
-                        "message": f"expected a hello with proto {PROTO}",
-                        "permanent": True,
-                    }
-                )
-                await session.aclose(GoAwayCode.PROTOCOL_ERROR)
-                return
-            connector = _Connector(
-                info=ConnectorInfo(
-                    id=str(hello.get("id", ""))[:100],
-                    hostname=str(hello.get("hostname", ""))[:255],
-                    version=str(hello.get("version", ""))[:50],
-                    os=str(hello.get("os", ""))[:50],
-                    connected_since=self._now(),
-                ),
-                session=session,
-                control=control,
+            raise Refusal(401, "token-invalid", "invalid tunnel token") from None
+        entry = self._tunnels.get(tunnel.id)
+        if entry is not None and len(entry.connectors()) >= self._max_connectors:
+            raise Refusal(
+                429,
+                "too-many-connectors",
+                f"tunnel {tunnel.name!r} already has {self._max_connectors} connectors",
             )
-            entry = self._register(tunnel)
-            role = await self._attach(entry, connector, replace=bool(hello.get("replace")))
-            try:
-                await control.send(
-                    {
-                        "type": "registered",
-                        "role": role,
-                        "tunnel": tunnel.name,
-                        "ephemeral": tunnel.ephemeral,
-                        "selectors": _selectors(entry.tunnel),
-                        "token_expires_at": entry.tunnel.token_expires_at.isoformat(),
-                    }
-                )
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._receive_loop, entry, connector, nursery.cancel_scope)
-                    nursery.start_soon(self._expiry_watch, entry, connector)
+        return tunnel
 
-                    async def _ended() -> None:
-                        await session.wait_ended()
-                        nursery.cancel_scope.cancel()
+    async def serve(
+        self, tunnel: Tunnel, session: Session, control: ControlChannel, hello: dict[str, Any]
+    ) -> None:
+        """Attach the connector (active or standby) and serve it until it ends or is kicked."""
+        if hello.get("type") != "hello" or hello.get("proto") != PROTO:
+            message = f"expected a hello with proto {PROTO}"
+            await refuse_hello(session, control, "protocol-unsupported", message)
+            return
+        connector = _Connector(
+            info=ConnectorInfo(
+                id=str(hello.get("id", ""))[:100],
+                hostname=str(hello.get("hostname", ""))[:255],
+                version=str(hello.get("version", ""))[:50],
+                os=str(hello.get("os", ""))[:50],
+                connected_since=self._now(),
+            ),
+            session=session,
+            control=control,
+        )
+        entry = self._register(tunnel)
+        role = await self._attach(entry, connector, replace=bool(hello.get("replace")))
+        try:
+            await control.send(
+                {
+                    "type": "registered",
+                    "role": role,
+                    "tunnel": tunnel.name,
+                    "ephemeral": tunnel.ephemeral,
+                    "selectors": _selectors(entry.tunnel),
+                    "token_expires_at": entry.tunnel.token_expires_at.isoformat(),
+                }
+            )
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._receive_loop, entry, connector, nursery.cancel_scope)
+                nursery.start_soon(self._expiry_watch, entry, connector)
 
-                    async def _kicked() -> None:
-                        await connector.kicked.wait()
-                        nursery.cancel_scope.cancel()
+                async def _ended() -> None:
+                    await session.wait_ended()
+                    nursery.cancel_scope.cancel()
 
-                    nursery.start_soon(_ended)
-                    nursery.start_soon(_kicked)
-            finally:
-                self._detach(entry, connector)
-            if connector.kicked.is_set():
-                with trio.move_on_after(_CLOSE_GRACE, shield=True):
-                    await session.aclose(session.local_go_away or GoAwayCode.NORMAL)
+                async def _kicked() -> None:
+                    await connector.kicked.wait()
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(_ended)
+                nursery.start_soon(_kicked)
+        finally:
+            self._detach(entry, connector)
+        if connector.kicked.is_set():
+            with trio.move_on_after(_CLOSE_GRACE, shield=True):
+                await session.aclose(session.local_go_away or GoAwayCode.NORMAL)
 
     def _register(self, tunnel: Tunnel) -> _Tunnel:
         entry = self._tunnels.get(tunnel.id)
@@ -435,7 +434,7 @@ class ConnectorHub:
             entry.standbys.remove(promoted)
             entry.active = promoted
             log.info("tunnel %s: %r promoted to active", entry.tunnel.name, promoted)
-            self._nursery.start_soon(_send_quietly, promoted, {"type": "promote"})
+            self._nursery.start_soon(_send_within, promoted, {"type": "promote"})
 
     async def _kick(self, connector: _Connector, code: str, go_away: int, message: str) -> None:
         """A permanent end: ``error``, GO_AWAY, then the link's task closes the session.
@@ -517,6 +516,15 @@ def _selectors(tunnel: Tunnel) -> dict[str, Any]:
     return {"version": tunnel.selector_version, "items": list(tunnel.selectors)}
 
 
+async def _send_within(connector: _Connector, message: dict[str, Any]) -> None:
+    """`_send_quietly`, bounded: a connector that does not read its control stream (a full
+    window) cannot hold up the tunnels service or the hub."""
+    with trio.move_on_after(_SEND_BOUND) as bounded:
+        await _send_quietly(connector, message)
+    if bounded.cancelled_caught:
+        log.warning("%r: %s not taken within %.0f s", connector, message.get("type"), _SEND_BOUND)
+
+
 async def _send_quietly(connector: _Connector, message: dict[str, Any]) -> None:
     try:
         await connector.control.send(message)
@@ -524,31 +532,16 @@ async def _send_quietly(connector: _Connector, message: dict[str, Any]) -> None:
         log.info("%r: link broke while sending %s", connector, message.get("type"))
 
 
-async def _reject(scope: MutableMapping[str, Any], send: Send, code: str, message: str) -> None:
-    """Refuse the upgrade with 401 and ``{"code": ...}`` (ASGI websocket.http.response)."""
-    if "websocket.http.response" in scope.get("extensions", {}):
-        body = json.dumps({"type": "unauthorized", "code": code, "message": message}).encode()
-        await send(
-            {
-                "type": "websocket.http.response.start",
-                "status": 401,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"www-authenticate", b"Bearer"),
-                    (b"content-length", str(len(body)).encode()),
-                ],
-            }
-        )
-        await send({"type": "websocket.http.response.body", "body": body})
-    else:
-        await send({"type": "websocket.close", "code": 1008})
-
-
 @asynccontextmanager
 async def open_connector_hub(
-    directory: TunnelDirectory, *, quick_grace: float = DEFAULT_QUICK_GRACE
+    directory: TunnelDirectory,
+    *,
+    quick_grace: float = DEFAULT_QUICK_GRACE,
+    max_connectors: int = DEFAULT_MAX_CONNECTORS,
 ) -> AsyncIterator[ConnectorHub]:
     """The hub for the duration of the block (its quick-tunnel timers end with it)."""
     async with trio.open_nursery() as nursery:
-        yield ConnectorHub(directory, nursery, quick_grace=quick_grace)
+        yield ConnectorHub(
+            directory, nursery, quick_grace=quick_grace, max_connectors=max_connectors
+        )
         nursery.cancel_scope.cancel()

@@ -16,8 +16,9 @@ from typing import Any, Final
 import trio
 
 from ...core import accept_open, reject_open, splice
-from ..hosts import InstanceAccessError, InstanceDirectory
+from ..hosts import AccessDenied, AccessReason, InstanceDirectory
 from ..tunnels import TunnelConnections
+from .connectors import TunnelDialError, TunnelUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -26,10 +27,15 @@ __all__ = ["serve_egress"]
 _PROBE_TIMEOUT_S: Final = 10.0
 _DIAL_TIMEOUT_S: Final = 30.0
 
-
-def _code(exc: Exception) -> tuple[str, str]:
-    code = getattr(exc, "code", None)
-    return (str(code) if code else "unavailable"), str(exc)
+#: The preamble code (docs/protocol.md 6) a host's egress gets for each `AccessReason`.
+_ACCESS_CODES: Final[dict[AccessReason, str]] = {
+    AccessReason.UNKNOWN: "not-found",
+    AccessReason.GONE: "not-found",
+    AccessReason.NOT_ON_HOST: "not-found",
+    AccessReason.NOT_ON_TUNNEL: "bad-request",
+    AccessReason.WRONG_TOKEN: "bad-request",
+    AccessReason.NOT_READY: "bad-request",
+}
 
 
 async def serve_egress(
@@ -43,9 +49,8 @@ async def serve_egress(
     instance_id = str(request.get("instance_id", ""))
     try:
         route = await directory.route(host_id, instance_id)
-    except InstanceAccessError as exc:
-        code = "not-found" if exc.status in (404, 410) else "bad-request"
-        await reject_open(stream, code, exc.message)
+    except AccessDenied as exc:
+        await reject_open(stream, _ACCESS_CODES[exc.reason], exc.message)
         return
     if request.get("probe"):
         with trio.move_on_after(_PROBE_TIMEOUT_S):
@@ -70,10 +75,13 @@ async def serve_egress(
     except trio.TooSlowError:
         await reject_open(stream, "timeout", f"{dest}: the tunnel did not answer in time")
         return
-    except Exception as exc:  # the hub's TunnelUnavailable / TunnelDialError carry a code
-        code, message = _code(exc)
-        log.info("instance %s: egress to %s refused: %s", instance_id, dest, message)
-        await reject_open(stream, code, message)
+    except TunnelUnavailable as exc:
+        log.info("instance %s: egress to %s: %s", instance_id, dest, exc)
+        await reject_open(stream, "unavailable", str(exc))
+        return
+    except TunnelDialError as exc:
+        log.info("instance %s: egress to %s refused: %s", instance_id, dest, exc)
+        await reject_open(stream, exc.code, str(exc))
         return
     await accept_open(stream)
     await splice(stream, upstream)

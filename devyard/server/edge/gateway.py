@@ -21,9 +21,10 @@ request, and every ``_TOUCH_EVERY_S`` while a WebSocket is open.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.resources
 import logging
-from collections.abc import MutableMapping
+from collections.abc import Iterator, MutableMapping
 from typing import Any, Final
 
 import trio
@@ -33,21 +34,32 @@ from ...core import (
     OpenError,
     RelayChannel,
     RemoteProtocolError,
+    UpgradeRequest,
     receive_message,
     splice,
 )
-from ..hosts import HostUnavailableError, InstanceAccess, InstanceAccessError, InstanceDirectory
-from .asgi import bearer_token, reject_websocket, send_http, send_http_error
-from .asgi_stream import RAW_LINK_EXTENSION, ASGIWebSocketStream, Receive, Send, accept_link_stream
+from ..hosts import AccessDenied, HostUnavailableError, InstanceAccess, InstanceDirectory
+from .asgi import (
+    ACCESS_REFUSALS,
+    bearer_from,
+    bearer_token,
+    error_body,
+    error_headers,
+    reject_websocket,
+    send_http,
+    send_http_error,
+)
+from .asgi_stream import ASGIWebSocketStream, Receive, Send
 from .links import Edge
 
 log = logging.getLogger(__name__)
 
-__all__ = ["INSTANCES_PREFIX", "RAW_LINK_HEADER", "InstanceGateway"]
+__all__ = ["DEFAULT_MAX_STREAMS", "INSTANCES_PREFIX", "RAW_LINK_HEADER", "InstanceGateway"]
 
 INSTANCES_PREFIX: Final = "/v1/instances/"
 #: Response header of the ``adb`` WebSocket upgrade: the raw link port's URL, when it is open.
 RAW_LINK_HEADER: Final = "x-devyard-raw-link"
+DEFAULT_MAX_STREAMS: Final = 16
 _TOUCH_EVERY_S: Final = 10.0
 _CHUNK: Final = 256 * 1024
 _FULL_TOKEN_ONLY: Final = frozenset({"api", "adb"})
@@ -68,6 +80,8 @@ def _viewer_page() -> bytes:
 
 
 class _Refused(Exception):
+    """The gateway's HTTP refusal (this is the HTTP boundary)."""
+
     def __init__(self, status: int, reason: str, message: str) -> None:
         super().__init__(message)
         self.status = status
@@ -78,12 +92,24 @@ class _Refused(Exception):
 class InstanceGateway:
     """Raw ASGI app for the ``/v1/instances/`` prefix (HTTP and WebSocket)."""
 
-    def __init__(self, edge: Edge, directory: InstanceDirectory) -> None:
+    def __init__(
+        self,
+        edge: Edge,
+        directory: InstanceDirectory,
+        *,
+        raw_link: str | None = None,
+        max_streams: int = DEFAULT_MAX_STREAMS,
+    ) -> None:
+        """*raw_link*: ``tcp://HOST:PORT`` (or ``tls://``) of the raw link port that the adb
+        WebSocket names to clients, when there is one clients can reach. *max_streams*: open
+        WebSockets (and raw adb connections) one instance may have; one more is refused
+        (429, ``too_many_streams``)."""
         self.edge = edge
         self.directory = directory
         self._viewer = _viewer_page()
-        #: ``tcp://HOST:PORT`` (or ``tls://``) of the raw link port, set by serve_server.
-        self.raw_link: str | None = None
+        self._raw_link = raw_link
+        self._max_streams = max_streams
+        self._open_streams: dict[str, int] = {}
 
     def __repr__(self) -> str:
         return f"InstanceGateway({self.edge!r})"
@@ -94,14 +120,13 @@ class InstanceGateway:
         elif scope["type"] == "http":
             await self._http(scope, receive, send)
 
-    async def _admit(self, scope: MutableMapping[str, Any]) -> tuple[InstanceAccess, str, str]:
+    async def _admit(self, full_path: str, token: str | None) -> tuple[InstanceAccess, str, str]:
         """(access, endpoint, rest of the path) or _Refused."""
-        path = str(scope["path"])[len(INSTANCES_PREFIX) :]
+        path = full_path[len(INSTANCES_PREFIX) :]
         instance_id, _, tail = path.partition("/")
         endpoint, _, rest = tail.partition("/")
         if not instance_id or not endpoint:
-            raise _Refused(404, "not_found", f"no such endpoint {scope['path']}")
-        token = bearer_token(scope, query=True)
+            raise _Refused(404, "not_found", f"no such endpoint {full_path}")
         if token is None:
             raise _Refused(
                 401,
@@ -110,8 +135,9 @@ class InstanceGateway:
             )
         try:
             access = await self.directory.authorize(instance_id, token)
-        except InstanceAccessError as exc:
-            raise _Refused(exc.status, exc.reason, exc.message) from None
+        except AccessDenied as exc:
+            status, reason = ACCESS_REFUSALS[exc.reason]
+            raise _Refused(status, reason, exc.message) from None
         if access.stream_only and endpoint in _FULL_TOKEN_ONLY:
             raise _Refused(403, "forbidden", f"the stream token does not open {endpoint}")
         self.directory.touch(access.instance_id)
@@ -132,7 +158,9 @@ class InstanceGateway:
 
     async def _http(self, scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
         try:
-            access, endpoint, rest = await self._admit(scope)
+            access, endpoint, rest = await self._admit(
+                str(scope["path"]), bearer_token(scope, query=True)
+            )
             if endpoint == "watch":
                 if scope["method"] not in ("GET", "HEAD"):
                     raise _Refused(405, "method_not_allowed", "the viewer page takes GET")
@@ -161,41 +189,93 @@ class InstanceGateway:
         first = await receive()
         if first.get("type") != "websocket.connect":
             return
-        raw = RAW_LINK_EXTENSION in scope.get("extensions", {})
         try:
-            access, endpoint, _ = await self._admit(scope)
-            if raw and endpoint != "adb":
-                raise _Refused(
-                    404, "not_found", f"the raw link port serves only adb, not {endpoint}"
-                )
+            access, endpoint, _ = await self._admit(
+                str(scope["path"]), bearer_token(scope, query=True)
+            )
+            self._check_room(access)
             if endpoint == "endpoint":
                 stream = await self._open(access, "device-stream")
             elif endpoint == "adb":
-                if access.platform != "android":
-                    raise _Refused(400, "bad_request", "ADB is for Android instances")
-                stream = await self._open(access, "adb")
+                stream = await self._open_adb(access)
             else:
                 raise _Refused(404, "not_found", f"no WebSocket endpoint {scope['path']}")
         except _Refused as refused:
             await reject_websocket(scope, send, refused.status, refused.message, refused.reason)
             return
-        if raw:
-            client: trio.abc.Stream = await accept_link_stream(scope, receive, send)
-        else:
-            headers = []
-            if endpoint == "adb" and self.raw_link is not None:  # tell the forwarder
-                headers.append((RAW_LINK_HEADER.encode(), self.raw_link.encode()))
+        headers = []
+        if endpoint == "adb" and self._raw_link is not None:  # tell the forwarder
+            headers.append((RAW_LINK_HEADER.encode(), self._raw_link.encode()))
+        with self._counted(access.instance_id):
             await send({"type": "websocket.accept", "headers": headers})
-            client = ASGIWebSocketStream(receive, send)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._keep_touching, access.instance_id)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._keep_touching, access.instance_id)
+                try:
+                    if endpoint == "endpoint":
+                        await _relay(stream, receive, send)
+                    else:
+                        await splice(ASGIWebSocketStream(receive, send), stream)
+                finally:
+                    nursery.cancel_scope.cancel()
+
+    def _check_room(self, access: InstanceAccess) -> None:
+        if self._open_streams.get(access.instance_id, 0) >= self._max_streams:
+            raise _Refused(
+                429,
+                "too_many_streams",
+                f"instance {access.instance_id} has {self._max_streams} open streams already",
+            )
+
+    @contextlib.contextmanager
+    def _counted(self, instance_id: str) -> Iterator[None]:
+        self._open_streams[instance_id] = self._open_streams.get(instance_id, 0) + 1
+        try:
+            yield
+        finally:
+            left = self._open_streams[instance_id] - 1
+            if left:
+                self._open_streams[instance_id] = left
+            else:
+                del self._open_streams[instance_id]
+
+    async def _open_adb(self, access: InstanceAccess) -> MuxStream:
+        if access.platform != "android":
+            raise _Refused(400, "bad_request", "ADB is for Android instances")
+        return await self._open(access, "adb")
+
+    # ---- the raw link port: adb only ----------------------------------------------------
+
+    async def serve_upgrade(self, upgrade: UpgradeRequest) -> None:
+        """``adb`` on the raw link port: the same checks, then ADB bytes on the bare socket."""
+        query = upgrade.target.partition("?")[2].encode("latin-1")
+        try:
+            access, endpoint, _ = await self._admit(
+                upgrade.path, bearer_from(upgrade.headers, query)
+            )
+            if endpoint != "adb":
+                raise _Refused(
+                    404, "not_found", f"the raw link port serves only adb, not {endpoint}"
+                )
+            self._check_room(access)
+            stream = await self._open_adb(access)
+        except _Refused as refused:
+            body = error_body(refused.message, refused.reason)
+            headers = error_headers(refused.status, body)
+            headers = [(k, v) for k, v in headers if k != b"content-length"]
+            await upgrade.reject(refused.status, body, headers)
+            return
+        with self._counted(access.instance_id):
             try:
-                if endpoint == "endpoint":
-                    await _relay(stream, receive, send)
-                else:
+                client = await upgrade.accept()
+            except BaseException:
+                await trio.aclose_forcefully(stream)
+                raise
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._keep_touching, access.instance_id)
+                try:
                     await splice(client, stream)
-            finally:
-                nursery.cancel_scope.cancel()
+                finally:
+                    nursery.cancel_scope.cancel()
 
     async def _keep_touching(self, instance_id: str) -> None:
         while True:

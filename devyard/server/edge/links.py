@@ -5,15 +5,22 @@ upgrade; 401 otherwise), a mux session over it, and the host's control stream (s
 docs/protocol.md section 7): ``hello`` -> ``registered``, then ``instance_start`` /
 ``instance_stop`` from the edge and ``instance_event`` from the host.
 
+What hosts report goes one way: the edge publishes `HostEvent`s (`HostRegistered`,
+`InstanceReported`, `HostLost`) on a bounded memory channel that the instances service
+consumes; the edge holds no reference to it.
+
 A link that drops starts a grace timer; a host that reconnects within it keeps its instances
-(the host daemon keeps them running), one that does not produces ``on_host_lost``. The timers
-run in the edge's own nursery (`open_edge`), never in a connection's task.
+(the host daemon keeps them running), one that does not produces `HostLost`. A host the
+store still has live instances on when the server starts gets the same timer
+(`open_edge(expected=...)`), so a host that never comes back after a server restart loses
+them too. The timers run in the edge's own nursery (`open_edge`), never in a connection's
+task.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, MutableMapping
+from collections.abc import AsyncIterator, Iterable, MutableMapping
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -23,41 +30,43 @@ import trio
 
 from ...core import (
     ControlChannel,
-    GoAwayCode,
     MuxStream,
     RemoteProtocolError,
     Session,
     SessionBrokenError,
     SessionGoneAwayError,
-    open_session,
+    UpgradeRequest,
     read_open,
     reject_open,
     request_open,
 )
+from ...core.link import PROTO
 from ..hosts import (
+    HostEvent,
     HostInfo,
+    HostLost,
+    HostRegistered,
     HostUnavailableError,
     InstanceDirectory,
     InstanceEvent,
-    InstanceEvents,
     InstanceOrder,
     InstancePhase,
+    InstanceReported,
 )
 from ..tunnels import TunnelConnections
-from .asgi import bearer_token, reject_websocket
-from .asgi_stream import Receive, Send, accept_link_stream
+from ._route import LinkRequest, Refusal, refuse_hello, serve_asgi_link, serve_upgraded_link
+from .asgi_stream import Receive, Send
 from .egress import serve_egress
 from .tokens import HostTokens
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_HOST_GRACE", "HOST_CONNECTIONS_PATH", "Edge", "open_edge"]
+__all__ = ["DEFAULT_HOST_GRACE", "Edge", "open_edge"]
 
-HOST_CONNECTIONS_PATH: Final = "/v1/host_connections"
 DEFAULT_HOST_GRACE: Final = 30.0
-PROTO: Final = 1
-_HELLO_TIMEOUT: Final = 10.0
 _OPEN_TIMEOUT: Final = 10.0
+_MAX_ID: Final = 200  # characters of an instance id a host may report
+_MAX_ERROR: Final = 2000  # characters of an error message a host may report
 
 
 class _HelloError(Exception):
@@ -80,20 +89,23 @@ class Edge:
     def __init__(
         self,
         tokens: HostTokens,
-        events: InstanceEvents,
+        events: trio.MemorySendChannel[HostEvent],
+        directory: InstanceDirectory,
+        tunnels: TunnelConnections,
         nursery: trio.Nursery,
         *,
         grace: float = DEFAULT_HOST_GRACE,
     ) -> None:
+        """*events* gets what hosts report; *directory* and *tunnels* serve hosts' egress
+        streams (tunnel-attached instances); grace timers run in *nursery*."""
         self._tokens = tokens
-        self.events = events
+        self._events = events
+        self._directory = directory
+        self._tunnels = tunnels
         self._nursery = nursery
         self.grace = grace
         self._links: dict[str, _Link] = {}
         self._grace_scopes: dict[str, trio.CancelScope] = {}
-        # Wired by serve_server for hosts' egress streams (tunnel-attached instances).
-        self.directory: InstanceDirectory | None = None
-        self.tunnels: TunnelConnections | None = None
 
     def __repr__(self) -> str:
         return f"Edge(hosts={sorted(self._links)})"
@@ -154,77 +166,68 @@ class Edge:
             raise
         return stream
 
-    # ---- the ASGI route -------------------------------------------------------------------
+    # ---- the link route (`_route.LinkRoute`) ----------------------------------------------
 
     async def __call__(self, scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
-        if scope.get("type") != "websocket":
-            raise RuntimeError("the host link route takes websocket connections only")
-        first = await receive()
-        if first.get("type") != "websocket.connect":
-            return
-        host_id = await self._authenticate(scope)
-        if host_id is None:
-            await reject_websocket(scope, send, 401, "invalid host token", "unauthorized")
-            return
-        stream = await accept_link_stream(scope, receive, send)
-        try:
-            await self._serve_link(host_id, stream)
-        except* (trio.BrokenResourceError, trio.ClosedResourceError, trio.EndOfChannel):
-            log.info("host %s: link lost", host_id)
-        finally:
-            await trio.aclose_forcefully(stream)
+        await serve_asgi_link(self, scope, receive, send)
 
-    async def _authenticate(self, scope: MutableMapping[str, Any]) -> str | None:
-        token = bearer_token(scope)
-        if not token:
+    async def serve_upgrade(self, upgrade: UpgradeRequest) -> None:
+        """The route on the raw link port."""
+        await serve_upgraded_link(self, upgrade)
+
+    async def authenticate(self, request: LinkRequest) -> str:
+        """The host id a host token opens (`Refusal` 401 otherwise)."""
+        host_id = None
+        if request.token:
+            host_id = await trio.to_thread.run_sync(self._tokens.verify, request.token)
+        else:
             await trio.lowlevel.checkpoint()
-            return None
-        return await trio.to_thread.run_sync(self._tokens.verify, token)
+        if host_id is None:
+            raise Refusal(401, "unauthorized", "invalid host token")
+        return host_id
 
-    async def _serve_link(self, host_id: str, stream: trio.abc.Stream) -> None:
-        async with open_session(stream, client=False) as session:
-            with trio.fail_after(_HELLO_TIMEOUT):
-                control = ControlChannel(await session.accept_stream())
-                hello = await control.receive()
-            try:
-                info = _host_info(host_id, hello)
-            except _HelloError as exc:
-                await control.send(
-                    {"type": "error", "code": "bad-hello", "message": str(exc), "permanent": True}
-                )
-                await session.aclose(GoAwayCode.PROTOCOL_ERROR)
-                return
-            previous = self._links.get(host_id)
-            if previous is not None:  # the same host again: the new link replaces the old
-                previous.closed.set()
-            scope = self._grace_scopes.pop(host_id, None)
-            if scope is not None:
-                scope.cancel()
-            instances = hello.get("instances", [])
-            link = _Link(
-                host_id=host_id,
-                session=session,
-                control=control,
-                info=info,
-                running={str(i) for i in instances} if isinstance(instances, list) else set(),
-            )
-            self._links[host_id] = link
-            log.info("host %s (%s, %s) registered", host_id, info.name, info.region)
-            try:
-                await control.send({"type": "registered", "host_id": host_id})
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._receive_loop, link, nursery.cancel_scope)
-                    nursery.start_soon(self._accept_streams, link)
+    async def serve(
+        self, host_id: str, session: Session, control: ControlChannel, hello: dict[str, Any]
+    ) -> None:
+        """Register the host and serve its link until it ends or a new link replaces it."""
+        try:
+            info = _host_info(host_id, hello)
+        except _HelloError as exc:
+            await refuse_hello(session, control, "bad-hello", str(exc))
+            return
+        previous = self._links.get(host_id)
+        if previous is not None:  # the same host again: the new link replaces the old
+            previous.closed.set()
+        scope = self._grace_scopes.pop(host_id, None)
+        if scope is not None:
+            scope.cancel()
+        instances = hello.get("instances")
+        reported = frozenset(str(i) for i in instances) if isinstance(instances, list) else None
+        link = _Link(
+            host_id=host_id,
+            session=session,
+            control=control,
+            info=info,
+            running=set(reported or ()),
+        )
+        self._links[host_id] = link
+        log.info("host %s (%s, %s) registered", host_id, info.name, info.region)
+        try:
+            await self._events.send(HostRegistered(host_id, reported, trio.current_time()))
+            await control.send({"type": "registered", "host_id": host_id})
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._receive_loop, link, nursery.cancel_scope)
+                nursery.start_soon(self._accept_streams, link)
 
-                    async def _replaced() -> None:
-                        await link.closed.wait()
-                        nursery.cancel_scope.cancel()
+                async def _replaced() -> None:
+                    await link.closed.wait()
+                    nursery.cancel_scope.cancel()
 
-                    nursery.start_soon(_replaced)
-            finally:
-                if self._links.get(host_id) is link:
-                    del self._links[host_id]
-                    self._nursery.start_soon(self._grace_timer, host_id)
+                nursery.start_soon(_replaced)
+        finally:
+            if self._links.get(host_id) is link:
+                del self._links[host_id]
+                self._start_grace(host_id)
 
     async def _accept_streams(self, link: _Link) -> None:
         """Streams the host opens: ``egress`` (docs/protocol.md 6), served in their own tasks."""
@@ -242,10 +245,8 @@ class Edge:
                 request = await read_open(stream)
             if request["kind"] != "egress":
                 await reject_open(stream, "bad-request", f"hosts may not open {request['kind']!r}")
-            elif self.directory is None or self.tunnels is None:
-                await reject_open(stream, "unavailable", "this server has no tunnels")
             else:
-                await serve_egress(stream, request, host_id, self.directory, self.tunnels)
+                await serve_egress(stream, request, host_id, self._directory, self._tunnels)
         except (trio.TooSlowError, RemoteProtocolError, trio.BrokenResourceError) as exc:
             log.info("host %s: a stream it opened failed: %s", host_id, exc)
         finally:
@@ -267,29 +268,45 @@ class Edge:
         done.cancel()
 
     async def _on_event(self, link: _Link, message: dict[str, Any]) -> None:
+        error_message = message.get("error_message")
         try:
             event = InstanceEvent(
-                instance_id=str(message["instance_id"]),
+                instance_id=str(message["instance_id"])[:_MAX_ID],
                 phase=InstancePhase(message["phase"]),
-                error_message=message.get("error_message"),
+                error_message=None if error_message is None else str(error_message)[:_MAX_ERROR],
             )
-        except (KeyError, ValueError):
+        except (KeyError, TypeError, ValueError):
             log.warning("host %s: malformed instance_event", link.host_id)
             return
         if event.phase is InstancePhase.TERMINATED:
             link.running.discard(event.instance_id)
         else:
             link.running.add(event.instance_id)
-        await self.events.on_instance_event(link.host_id, event)
+        await self._events.send(InstanceReported(link.host_id, event))
+
+    def expect(self, host_ids: Iterable[str]) -> None:
+        """Hosts that should link (the store has live instances on them): each one that is
+        not linked now gets the grace timer, as if its link had just dropped."""
+        for host_id in host_ids:
+            if host_id not in self._links and host_id not in self._grace_scopes:
+                log.info("host %s: not linked yet, waiting %.0f s for it", host_id, self.grace)
+                self._start_grace(host_id)
+
+    def _start_grace(self, host_id: str) -> None:
+        self._grace_scopes[host_id] = trio.CancelScope()
+        self._nursery.start_soon(self._grace_timer, host_id)
 
     async def _grace_timer(self, host_id: str) -> None:
-        with trio.CancelScope() as scope:
-            self._grace_scopes[host_id] = scope
+        scope = self._grace_scopes[host_id]
+        with scope:
             await trio.sleep(self.grace)
             if self._grace_scopes.get(host_id) is scope:
                 del self._grace_scopes[host_id]
             log.warning("host %s: gone for %.0f s, its instances are lost", host_id, self.grace)
-            await self.events.on_host_lost(host_id)
+            try:
+                await self._events.send(HostLost(host_id))
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                log.warning("host %s lost, but nobody consumes host events any more", host_id)
 
 
 def _host_info(host_id: str, hello: dict[str, Any]) -> HostInfo:
@@ -316,22 +333,18 @@ def _host_info(host_id: str, hello: dict[str, Any]) -> HostInfo:
 
 @asynccontextmanager
 async def open_edge(
-    tokens: HostTokens, events: InstanceEvents, *, grace: float = DEFAULT_HOST_GRACE
+    tokens: HostTokens,
+    events: trio.MemorySendChannel[HostEvent],
+    directory: InstanceDirectory,
+    tunnels: TunnelConnections,
+    *,
+    grace: float = DEFAULT_HOST_GRACE,
+    expected: Iterable[str] = (),
 ) -> AsyncIterator[Edge]:
-    """The edge for the duration of the block (its grace timers end with it)."""
+    """The edge for the duration of the block (its grace timers end with it); each host in
+    *expected* that does not link within *grace* is lost (`Edge.expect`)."""
     async with trio.open_nursery() as nursery:
-        yield Edge(tokens, events, nursery, grace=grace)
+        edge = Edge(tokens, events, directory, tunnels, nursery, grace=grace)
+        edge.expect(expected)
+        yield edge
         nursery.cancel_scope.cancel()
-
-
-class LoggingInstanceEvents:
-    """`InstanceEvents` that only logs: the server's default until the instances service is
-    wired in (`serve_server(events=...)`)."""
-
-    async def on_instance_event(self, host_id: str, event: InstanceEvent) -> None:
-        await trio.lowlevel.checkpoint()
-        log.info("host %s: instance %s %s", host_id, event.instance_id, event.phase.value)
-
-    async def on_host_lost(self, host_id: str) -> None:
-        await trio.lowlevel.checkpoint()
-        log.info("host %s lost", host_id)

@@ -5,10 +5,11 @@ The pure parts (`lifecycle`, `durations`, `placement`) know nothing of trio or t
 docs/instances.md records the decisions.
 """
 
+from .directory import StoreInstanceDirectory
 from .durations import DurationTooLong, InvalidDuration, format_duration, parse_duration
 from .lifecycle import IllegalTransition, LifecycleEvent, expected_for, next_state
 from .placement import ClientLocation, NoCapacity, RegionInfo, UnknownPlacement
-from .service import EmptyRegistry, InstanceService, NewInstance, TunnelRejectedError
+from .service import EmptyRegistry, InstanceService, NewInstance
 
 __all__ = [
     "ClientLocation",
@@ -21,7 +22,7 @@ __all__ = [
     "NewInstance",
     "NoCapacity",
     "RegionInfo",
-    "TunnelRejectedError",
+    "StoreInstanceDirectory",
     "UnknownPlacement",
     "expected_for",
     "format_duration",

@@ -1,4 +1,4 @@
-"""`InstanceService`: creates, ends and watches instances; the edge's `InstanceEvents`.
+"""`InstanceService`: creates, ends and watches instances, and consumes what hosts report.
 
 Theory of operation. The store row is the truth about an instance; every change goes through
 the lifecycle table (`lifecycle.py`) as a compare-and-set on the row, so a delete racing a
@@ -12,16 +12,18 @@ written when no host has room (`NoCapacity`), and an order that no host accepts 
 the row with ``Error`` before the caller hears `NoCapacity`. Ending an instance writes the
 row first (state), then tells the host under a bounded, shielded grace.
 
-Timeouts run in one task, `run`, owned by the server's nursery: it sleeps until the earliest
-deadline (or until a new one is set) and ends what is due. Inactivity counts from ``ready``
-and from every `touch` (the edge calls it on any client traffic to the instance); the hard
-timeout counts from creation.
+Timeouts and host events run in `run`, owned by the server's nursery: one task sleeps until
+the earliest deadline (or until a new one is set) and ends what is due; another consumes the
+`HostEvent`s the edge publishes on a bounded channel (the service never is the edge's
+callee). A store error while handling one event or one timeout is logged and contained: the
+next one is handled. Inactivity counts from ``ready`` and from the last client traffic (the
+edge's gateway writes it to the shared `Activity`); the hard timeout counts from creation.
 """
 
 from __future__ import annotations
 
-import hmac
 import logging
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any, Final, NoReturn, Protocol
 
@@ -30,15 +32,19 @@ import trio
 
 from ...core.selectors import android_compatible, parse_selectors
 from ..hosts import (
+    Activity,
+    HostEvent,
     HostInfo,
+    HostLost,
+    HostRegistered,
     HostRegistry,
     HostUnavailableError,
-    InstanceAccess,
-    InstanceAccessError,
     InstanceEvent,
     InstanceOrder,
     InstancePhase,
-    InstanceRoute,
+    InstanceReported,
+    TunnelRejected,
+    TunnelRejection,
 )
 from ..store import errors as store_errors
 from ..store import tokens
@@ -63,21 +69,15 @@ class TunnelStatusSource(Protocol):
     def status(self, org_id: str, name: str) -> Any: ...
 
 
-class TunnelRejectedError(Exception):
-    """The tunnel an instance names cannot be used; an HTTP status, reason and message."""
-
-    def __init__(self, status: int, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.reason = reason
-        self.message = message
-
-
 __all__ = ["EmptyRegistry", "InstanceService", "NewInstance"]
 
 INSTANCE_TOKEN_PREFIX: Final = "dyi"  # noqa: S105 - a prefix, not a secret
 STREAM_TOKEN_PREFIX: Final = "dys"  # noqa: S105 - a prefix, not a secret
 STOP_GRACE: Final = 10.0  # seconds a host gets to take a stop order
+ORDER_BUFFER: Final = 64  # orders waiting for `run` to hand them out (create waits beyond)
+#: errorMessage of an instance its host no longer runs when it links again
+NOT_ON_HOST_AFTER_RESTART: Final = "the host restarted and no longer runs this device"
+ORDER_LOST_IN_RESTART: Final = "the server restarted before a host took the order"
 
 
 class EmptyRegistry:
@@ -106,6 +106,12 @@ class NewInstance:
     client_ip: str | None = None
     # spec.initialAssets resolved by the API: one entry per file with a download URL
     initial_assets: tuple[dict[str, Any], ...] = ()
+
+
+@attrs.frozen
+class _Delivery:
+    order: InstanceOrder
+    hosts: tuple[str, ...]  # placement's choice, best first
 
 
 @attrs.define
@@ -153,20 +159,32 @@ class InstanceService:
         store: Store,
         registry: HostRegistry,
         *,
+        events: trio.MemoryReceiveChannel[HostEvent] | None = None,
+        tunnels: TunnelStatusSource | None = None,
+        activity: Activity | None = None,
         regions: Sequence[RegionInfo] = (),
         home_region: str = "local",
         clock: Callable[[], float] = trio.current_time,
     ) -> None:
+        """*registry* takes orders to hosts; *events* is what the hosts report (none: a
+        control plane without an edge); *tunnels* says whether a tunnel is held (none: every
+        tunnel is offline); *activity* is where the edge records client traffic."""
         self._store = store
-        self.store = store
-        self.registry = registry
+        self.store = store  # read by the API's instance routes
+        self._registry = registry
+        self._events = events
+        self._tunnels = tunnels
+        self._activity = activity if activity is not None else Activity(clock)
         self._regions = tuple(regions)
         self._home = home_region
         self._clock = clock
         self._ready: dict[str, trio.Event] = {}
         self._deadlines: dict[str, _Deadlines] = {}
         self._wakeup = trio.Event()
-        self.tunnels: TunnelStatusSource | None = None  # the edge's connector hub, when wired
+        # Orders go to hosts from `run`'s nursery (create answers at once, with creating).
+        self._orders, self._order_queue = trio.open_memory_channel[_Delivery](ORDER_BUFFER)
+        self._delivering: dict[str, str] = {}  # instance id -> host its order is on its way to
+        self._ordered_at: dict[str, float] = {}  # instance id -> when its host took the order
 
     def __repr__(self) -> str:
         return f"<InstanceService {len(self._deadlines)} live>"
@@ -178,7 +196,7 @@ class InstanceService:
         spec = normalise_spec(new.spec, organization)
         tunnel = await self._tunnel_for(organization.id, new.platform, spec.get("tunnel"))
         request = _placement_request(new)
-        hosts = self.registry.hosts()
+        hosts = self._hosts()
         try:
             placement = place(self._regions, hosts, request, home=self._home)
         except NoCapacity:
@@ -221,20 +239,53 @@ class InstanceService:
             hard_at=None if hard == 0 else self._clock() + hard,
         )
         self._wakeup.set()
+        self._delivering[instance.id] = placement.hosts[0].id
         try:
-            for host in placement.hosts:
-                try:
-                    await self.registry.start_instance(host.id, order)
-                except HostUnavailableError:
-                    log.info("host %s refused %s; trying the next", host.id, instance.id)
-                    continue
-                return await self._advance(instance.id, LifecycleEvent.ASSIGNED, host_id=host.id)
+            await self._orders.send(_Delivery(order, tuple(h.id for h in placement.hosts)))
         except BaseException:
+            self._unpend(instance.id)
             with trio.CancelScope(shield=True):
                 await self._end(instance.id, TerminationReason.ERROR, "creation interrupted")
             raise
-        await self._end(instance.id, TerminationReason.ERROR, "no host accepted the instance")
-        raise NoCapacity(f"no host accepted the {new.platform.value} instance; retry later")
+        return instance  # creating: the host's acceptance, assigned and ready follow
+
+    async def _deliver(self, delivery: _Delivery) -> None:
+        """Hand *delivery*'s order to the first of its hosts that takes it (assigned), else
+        end the instance. Runs in `run`'s nursery, so a slow host delays nobody's answer."""
+        instance_id = delivery.order.instance_id
+        try:
+            for host_id in delivery.hosts:
+                if instance_id not in self._deadlines:  # ended meanwhile (a delete)
+                    return
+                self._delivering[instance_id] = host_id
+                try:
+                    await self._registry.start_instance(host_id, delivery.order)
+                except HostUnavailableError:
+                    log.info("host %s refused %s; trying the next", host_id, instance_id)
+                    continue
+                self._ordered_at[instance_id] = self._clock()
+                instance = await self._advance(
+                    instance_id, LifecycleEvent.ASSIGNED, host_id=host_id
+                )
+                if not instance.live:  # ended while the order was on its way
+                    with trio.move_on_after(STOP_GRACE):
+                        await self._registry.stop_instance(host_id, instance_id)
+                return
+            await self._end(instance_id, TerminationReason.ERROR, "no host accepted the instance")
+        except store_errors.StoreError:
+            log.exception("could not record where %s went", instance_id)
+        finally:
+            self._unpend(instance_id)
+
+    def _unpend(self, instance_id: str) -> None:
+        self._delivering.pop(instance_id, None)
+
+    def _hosts(self) -> list[HostInfo]:
+        """Connected hosts, counting orders on their way to them as running (placement)."""
+        on_the_way = Counter(self._delivering.values())
+        return [
+            attrs.evolve(h, running=h.running + on_the_way[h.id]) for h in self._registry.hosts()
+        ]
 
     async def _tunnel_for(
         self, org_id: str, platform: Platform, name: object
@@ -246,28 +297,26 @@ class InstanceService:
             return None
         if platform not in (Platform.IOS, Platform.ANDROID):
             message = "spec.tunnel is for iOS and Android instances"
-            raise TunnelRejectedError(422, "tunnel_unsupported", message)
+            raise TunnelRejected(TunnelRejection.UNSUPPORTED, message)
         if not isinstance(name, str) or not name:
-            raise TunnelRejectedError(422, "invalid_body", "spec.tunnel must be a tunnel name")
+            raise TunnelRejected(TunnelRejection.INVALID_NAME, "spec.tunnel must be a tunnel name")
         try:
             tunnel = await self._store.get_tunnel(org_id, name)
         except store_errors.NotFound:
-            raise TunnelRejectedError(
-                404, "tunnel_not_found", f"tunnel {name!r} does not exist in this organization"
+            raise TunnelRejected(
+                TunnelRejection.NOT_FOUND, f"tunnel {name!r} does not exist in this organization"
             ) from None
         if platform is Platform.ANDROID and not android_compatible(
             parse_selectors(tunnel.selectors)
         ):
-            raise TunnelRejectedError(
-                422,
-                "tunnel_selectors",
+            raise TunnelRejected(
+                TunnelRejection.SELECTORS,
                 f"tunnel {name!r} has an exact selector port below 1024, which Android "
                 "instances cannot use: every exact selector port must be 1024 or higher",
             )
-        if self.tunnels is None or not self.tunnels.status(org_id, name).online:
-            raise TunnelRejectedError(
-                409,
-                "tunnel_offline",
+        if self._tunnels is None or not self._tunnels.status(org_id, name).online:
+            raise TunnelRejected(
+                TunnelRejection.OFFLINE,
                 f"tunnel {name!r} is offline: no connector holds it (a connector that started "
                 "seconds ago can still show offline; retry)",
             )
@@ -277,26 +326,18 @@ class InstanceService:
             "selector_version": tunnel.selector_version,
         }
 
-    async def route(self, host_id: str, instance_id: str) -> InstanceRoute:
-        """`InstanceDirectory.route`: the tunnel behind a host's egress for *instance_id*."""
-        try:
-            instance = await self._store.get_instance(instance_id)
-        except store_errors.NotFound:
-            raise InstanceAccessError(404, "not_found", f"no instance {instance_id}") from None
-        if instance.host_id != host_id:
-            raise InstanceAccessError(404, "not_found", f"{instance_id} is not on this host")
-        if instance.state is InstanceState.TERMINATED:
-            raise InstanceAccessError(410, "gone", f"instance {instance_id} was terminated")
-        tunnel = instance.spec.get("tunnel")
-        if not isinstance(tunnel, str):
-            raise InstanceAccessError(400, "bad_request", f"{instance_id} is not on a tunnel")
-        return InstanceRoute(instance.id, instance.org_id, tunnel)
-
     async def _find_live(self, org_id: str, new: NewInstance, region: str) -> Instance | None:
+        """A live instance to reuse: never one whose host is not linked now (after a restart
+        the store may still hold it live until the host's grace ends or it reconciles)."""
         try:
-            return await self._store.find_live_instance(org_id, new.platform, region, new.labels)
+            found = await self._store.find_live_instance(org_id, new.platform, region, new.labels)
         except store_errors.NotFound:
             return None
+        if found.host_id is not None and found.host_id not in {
+            h.id for h in self._registry.hosts()
+        }:
+            return None
+        return found
 
     async def wait_ready(self, instance_id: str) -> None:
         """Returns once the instance left ``creating``/``assigned`` (or is unknown here).
@@ -331,12 +372,14 @@ class InstanceService:
         self._forget(instance_id)
         if instance.host_id is not None and reason is not TerminationReason.HOST_LOST:
             with trio.move_on_after(STOP_GRACE, shield=True):
-                await self.registry.stop_instance(instance.host_id, instance_id)
+                await self._registry.stop_instance(instance.host_id, instance_id)
         log.info("instance %s terminated: %s", instance_id, instance.termination_reason)
         return instance
 
     def _forget(self, instance_id: str) -> None:
         self._deadlines.pop(instance_id, None)
+        self._ordered_at.pop(instance_id, None)
+        self._activity.forget(instance_id)
         event = self._ready.pop(instance_id, None)
         if event is not None:
             event.set()
@@ -353,12 +396,63 @@ class InstanceService:
         except (IllegalTransition, store_errors.Conflict):
             return await self._store.get_instance(instance_id)  # another trigger won
 
-    # -- the edge's events (hosts.InstanceEvents) ------------------------------------------
+    # -- what hosts report (the edge's HostEvents) ------------------------------------------
+    async def handle(self, event: HostEvent) -> None:
+        """One event the edge published; a store error is logged and contained."""
+        try:
+            if isinstance(event, InstanceReported):
+                await self.on_instance_event(event.host_id, event.event)
+            elif isinstance(event, HostLost):
+                await self.on_host_lost(event.host_id)
+            elif isinstance(event, HostRegistered):
+                await self.on_host_registered(event)
+        except store_errors.StoreError:
+            log.exception("could not handle %r; the next event is handled", event)
+        except Exception:  # a bug with one event ends its handling, not the service
+            log.exception("handling %r failed; the next event is handled", event)
+
+    async def on_host_registered(self, event: HostRegistered) -> None:
+        """Reconcile the store with what the host says it runs: an instance the store holds
+        live there but the host does not run ends (HostLost, with the reason); one the host
+        runs but the store holds ended (or never heard of) is stopped on the host. Orders the
+        host took after it registered are not in its list and are left alone."""
+        if event.instances is None:  # an older host that does not say: nothing to compare
+            await trio.lowlevel.checkpoint()
+            return
+        for instance in await self._store.list_live_instances(host_id=event.host_id):
+            ordered = self._ordered_at.get(instance.id)
+            if instance.id in event.instances or (ordered is not None and ordered >= event.at):
+                continue
+            log.warning("host %s no longer runs %s", event.host_id, instance.id)
+            await self._end(instance.id, TerminationReason.HOST_LOST, NOT_ON_HOST_AFTER_RESTART)
+        for instance_id in sorted(event.instances):
+            try:
+                live = (await self._store.get_instance(instance_id)).live
+            except store_errors.NotFound:
+                live = False
+            if not live:
+                log.warning(
+                    "host %s runs %s, which has ended: stopping it", event.host_id, instance_id
+                )
+                with trio.move_on_after(STOP_GRACE):
+                    await self._registry.stop_instance(event.host_id, instance_id)
+
     async def on_instance_event(self, host_id: str, event: InstanceEvent) -> None:
+        # Where its order is going, read before the row: a delivery that completes meanwhile
+        # has written the host into the row by the time the row is read.
+        delivering = self._delivering.get(event.instance_id)
         try:
             instance = await self._store.get_instance(event.instance_id)
         except store_errors.NotFound:
             log.warning("host %s reported unknown instance %s", host_id, event.instance_id)
+            return
+        if not _placed_on(instance, delivering, host_id):
+            log.warning(
+                "host %s reported %s %s, which is not placed on it: ignored",
+                host_id,
+                event.phase.value,
+                event.instance_id,
+            )
             return
         if event.phase is InstancePhase.READY:
             if instance.state is InstanceState.CREATING:  # READY overtook our own write
@@ -382,43 +476,9 @@ class InstanceService:
         for instance in await self._store.list_live_instances(host_id=host_id):
             await self._end(instance.id, TerminationReason.HOST_LOST, f"host {host_id} is gone")
 
-    async def authorize(self, instance_id: str, token: str) -> InstanceAccess:
-        """`InstanceDirectory`: may *token* reach the per-instance endpoints of *instance_id*?"""
-        try:
-            instance = await self._store.get_instance(instance_id)
-        except store_errors.NotFound:
-            raise InstanceAccessError(404, "not_found", f"no instance {instance_id}") from None
-        if instance.state is InstanceState.TERMINATED:
-            why = instance.termination_reason.value if instance.termination_reason else "ended"
-            raise InstanceAccessError(410, "gone", f"instance {instance_id} was terminated ({why})")
-        full = bool(instance.token) and hmac.compare_digest(
-            token.encode(), str(instance.token).encode()
-        )
-        stream = bool(instance.stream_token) and hmac.compare_digest(
-            token.encode(), str(instance.stream_token).encode()
-        )
-        if not (full or stream):
-            raise InstanceAccessError(
-                401, "unauthorized", f"the token does not open instance {instance_id}"
-            )
-        if instance.state is not InstanceState.READY or instance.host_id is None:
-            raise InstanceAccessError(
-                409,
-                "not_ready",
-                f"instance {instance_id} is {instance.state.value}, not ready yet",
-            )
-        return InstanceAccess(
-            instance_id=instance.id,
-            host_id=instance.host_id,
-            platform=instance.platform.value,
-            stream_only=not full,
-        )
-
     def touch(self, instance_id: str) -> None:
         """Client traffic to the instance: its inactivity period starts again."""
-        deadlines = self._deadlines.get(instance_id)
-        if deadlines is not None and deadlines.idle_since is not None:
-            deadlines.idle_since = self._clock()
+        self._activity.touch(instance_id)
 
     # -- timeouts --------------------------------------------------------------------------
     def _due(self, now: float) -> tuple[list[tuple[str, TerminationReason]], float]:
@@ -429,6 +489,9 @@ class InstanceService:
             if d.hard_at is not None:
                 candidates.append((d.hard_at, TerminationReason.HARD_TIMEOUT))
             if d.idle_since is not None and d.inactivity_s > 0:
+                touched = self._activity.last(instance_id)
+                if touched is not None and touched > d.idle_since:
+                    d.idle_since = touched
                 candidates.append(
                     (d.idle_since + d.inactivity_s, TerminationReason.INACTIVITY_TIMEOUT)
                 )
@@ -442,9 +505,14 @@ class InstanceService:
     async def run(
         self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
     ) -> NoReturn:
-        """Ends instances whose timeouts are due; runs until cancelled."""
+        """Ends instances whose timeouts are due and handles what hosts report; runs until
+        cancelled."""
         now = self._clock()
         for instance in await self._store.list_live_instances():
+            if instance.state is InstanceState.CREATING and instance.id not in self._delivering:
+                # No host took its order before the server stopped: nobody will.
+                await self._end(instance.id, TerminationReason.ERROR, ORDER_LOST_IN_RESTART)
+                continue
             hard = parse_duration("spec.hardTimeout", instance.spec.get("hardTimeout", "0"))
             inactivity = parse_duration(
                 "spec.inactivityTimeout", instance.spec.get("inactivityTimeout", "0")
@@ -457,7 +525,24 @@ class InstanceService:
                     idle_since=now if instance.state is InstanceState.READY else None,
                 ),
             )
-        task_status.started()
+        async with trio.open_nursery() as nursery:
+            if self._events is not None:
+                nursery.start_soon(self._consume, self._events)
+            nursery.start_soon(self._hand_out, nursery)
+            task_status.started()
+            await self._timeouts()
+        raise AssertionError("unreachable")
+
+    async def _hand_out(self, nursery: trio.Nursery) -> None:
+        async for delivery in self._order_queue:
+            nursery.start_soon(self._deliver, delivery)
+
+    async def _consume(self, events: trio.MemoryReceiveChannel[HostEvent]) -> None:
+        async with events:
+            async for event in events:
+                await self.handle(event)
+
+    async def _timeouts(self) -> NoReturn:
         while True:
             self._wakeup = trio.Event()
             due, earliest = self._due(self._clock())
@@ -471,6 +556,14 @@ class InstanceService:
                 continue
             with trio.move_on_at(earliest):
                 await self._wakeup.wait()
+
+
+def _placed_on(instance: Instance, delivering: str | None, host_id: str) -> bool:
+    """Whether *host_id* may report about *instance*: it is placed there, or its order is on
+    its way there (*delivering*; a READY can overtake our ASSIGNED write)."""
+    if instance.host_id is not None:
+        return instance.host_id == host_id
+    return delivering == host_id
 
 
 def _os_version(spec: dict[str, Any]) -> str | None:

@@ -3,9 +3,11 @@
 The API calls this module; the edge's connector links (`devyard.server.edge.connectors`)
 implement `TunnelHub` and are told about every change that concerns connected connectors: a
 selector change (``config``), and the end of a token or tunnel (rotation, revocation,
-deletion), after which every connector of the tunnel gets a permanent error and exits. The two
-know each other only through this module, as the instances service and the host links do
-through `server/hosts.py`.
+deletion), after which every connector of the tunnel gets a permanent error and exits.
+
+The hub is built first, over a `StoreTunnelDirectory` (token checks and quick-tunnel
+deletion, store only); the service is built after it and given it. Neither holds the other
+the other way round.
 
 Tokens are ``dyt_<lookup>_<secret><checksum>`` (`store.tokens.new_secret`), stored hashed; the
 plaintext leaves this module only in the result of `create` and `rotate`.
@@ -36,7 +38,7 @@ __all__ = [
     "ConnectorInfo",
     "EndReason",
     "InvalidTunnelField",
-    "NullHub",
+    "StoreTunnelDirectory",
     "TokenExpired",
     "TokenInvalid",
     "TunnelConnections",
@@ -131,19 +133,6 @@ class TunnelConnections(TunnelHub, Protocol):
         """Whether the tunnel's active connector answers a ``probe`` stream."""
 
 
-class NullHub:
-    """A hub with no connectors (the API without an edge)."""
-
-    def status(self, org_id: str, name: str) -> TunnelStatus:
-        return TunnelStatus()
-
-    async def on_tunnel_changed(self, tunnel: Tunnel) -> None:
-        pass
-
-    async def on_tunnel_ended(self, tunnel: Tunnel, reason: EndReason) -> None:
-        pass
-
-
 def add_months(when: datetime, months: int) -> datetime:
     """*when* plus calendar months (the 31st becomes the month's last day)."""
     index = when.month - 1 + months
@@ -184,8 +173,49 @@ def _check_months(months: int) -> int:
     return months
 
 
+class StoreTunnelDirectory:
+    """What the connector hub asks of the store: which tunnel a token opens, and the deletion
+    of a quick tunnel whose connectors are gone (`devyard.server.edge.connectors`)."""
+
+    def __init__(self, store: Store, *, now: Callable[[], datetime] = utc_now) -> None:
+        self._store = store
+        self._now = now
+
+    def __repr__(self) -> str:
+        return "<StoreTunnelDirectory>"
+
+    async def authenticate(self, token: str) -> Tunnel:
+        """The tunnel a connector's token opens; TokenInvalid or TokenExpired otherwise."""
+        lookup = parse_tunnel_token(token)
+        if lookup is None:
+            raise TokenInvalid("malformed tunnel token")
+        try:
+            credential = await self._store.get_tunnel_by_token(lookup)
+        except store_errors.NotFound:
+            raise TokenInvalid("unknown tunnel token") from None
+        if not tokens.verify_secret(token, credential.token_hash):
+            raise TokenInvalid("unknown tunnel token")
+        if credential.tunnel.token_expires_at <= self._now():
+            raise TokenExpired(f"the token expired at {credential.tunnel.token_expires_at}")
+        return credential.tunnel
+
+    async def delete_ephemeral(self, tunnel: Tunnel) -> bool:
+        """Delete a quick tunnel if it still is the one given (not a new one of that name).
+        The hub calls this once it holds no connector of the tunnel: nobody is left to tell."""
+        try:
+            current = await self._store.get_tunnel(tunnel.org_id, tunnel.name)
+            if current.id != tunnel.id or not current.ephemeral:
+                return False
+            await self._store.delete_tunnel(tunnel.org_id, tunnel.name)
+        except store_errors.NotFound:
+            return False
+        return True
+
+
 class TunnelService:
-    """Tunnels of every organization. ``hub`` is replaced by the edge when one runs."""
+    """Tunnels of every organization; *hub* (the edge's connector links) hears about every
+    change that concerns a connected connector. Without a hub (the API alone) no connector
+    can be connected, so there is nobody to tell and every tunnel is offline."""
 
     def __init__(
         self,
@@ -195,11 +225,12 @@ class TunnelService:
         now: Callable[[], datetime] = utc_now,
     ) -> None:
         self.store = store
-        self.hub: TunnelHub = hub if hub is not None else NullHub()
+        self._hub = hub
+        self._directory = StoreTunnelDirectory(store, now=now)
         self._now = now
 
     def __repr__(self) -> str:
-        return f"<TunnelService hub={type(self.hub).__name__}>"
+        return f"<TunnelService hub={type(self._hub).__name__}>"
 
     async def create(
         self,
@@ -234,7 +265,8 @@ class TunnelService:
 
     async def set_selectors(self, org_id: str, name: str, selectors: Sequence[str]) -> Tunnel:
         tunnel = await self.store.set_tunnel_selectors(org_id, name, _check_selectors(selectors))
-        await self.hub.on_tunnel_changed(tunnel)
+        if self._hub is not None:
+            await self._hub.on_tunnel_changed(tunnel)
         return tunnel
 
     async def rotate(
@@ -250,7 +282,7 @@ class TunnelService:
             token_hash=secret.secret_hash,
             token_expires_at=add_months(self._now(), months),
         )
-        await self.hub.on_tunnel_ended(tunnel, EndReason.ROTATED)
+        await self._tell_ended(tunnel, EndReason.ROTATED)
         return tunnel, secret.plaintext
 
     async def revoke(self, org_id: str, name: str) -> Tunnel:
@@ -263,39 +295,23 @@ class TunnelService:
             token_hash=dead.secret_hash,
             token_expires_at=self._now(),
         )
-        await self.hub.on_tunnel_ended(tunnel, EndReason.REVOKED)
+        await self._tell_ended(tunnel, EndReason.REVOKED)
         return tunnel
 
     async def delete(self, org_id: str, name: str) -> Tunnel:
         tunnel = await self.store.delete_tunnel(org_id, name)
-        await self.hub.on_tunnel_ended(tunnel, EndReason.DELETED)
+        await self._tell_ended(tunnel, EndReason.DELETED)
         return tunnel
-
-    async def delete_ephemeral(self, tunnel: Tunnel) -> bool:
-        """Delete a quick tunnel if it still is the one given (not a new one of that name)."""
-        try:
-            current = await self.store.get_tunnel(tunnel.org_id, tunnel.name)
-            if current.id != tunnel.id or not current.ephemeral:
-                return False
-            await self.delete(tunnel.org_id, tunnel.name)
-        except store_errors.NotFound:
-            return False
-        return True
 
     async def authenticate(self, token: str) -> Tunnel:
         """The tunnel a connector's token opens; TokenInvalid or TokenExpired otherwise."""
-        lookup = parse_tunnel_token(token)
-        if lookup is None:
-            raise TokenInvalid("malformed tunnel token")
-        try:
-            credential = await self.store.get_tunnel_by_token(lookup)
-        except store_errors.NotFound:
-            raise TokenInvalid("unknown tunnel token") from None
-        if not tokens.verify_secret(token, credential.token_hash):
-            raise TokenInvalid("unknown tunnel token")
-        if credential.tunnel.token_expires_at <= self._now():
-            raise TokenExpired(f"the token expired at {credential.tunnel.token_expires_at}")
-        return credential.tunnel
+        return await self._directory.authenticate(token)
+
+    async def _tell_ended(self, tunnel: Tunnel, reason: EndReason) -> None:
+        if self._hub is not None:
+            await self._hub.on_tunnel_ended(tunnel, reason)
 
     def status(self, tunnel: Tunnel) -> TunnelStatus:
-        return self.hub.status(tunnel.org_id, tunnel.name)
+        if self._hub is None:
+            return TunnelStatus()
+        return self._hub.status(tunnel.org_id, tunnel.name)

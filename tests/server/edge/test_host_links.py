@@ -18,28 +18,45 @@ from devyard.hostd.supervisor import Supervisor
 from devyard.server.api.serve import BoundServer
 from devyard.server.config import ListenAddress, ServerConfig
 from devyard.server.edge import HOST_TOKENS_FILE, Edge, create_host_token
-from devyard.server.hosts import InstanceEvent, InstanceOrder, InstancePhase
+from devyard.server.hosts import (
+    EVENT_BUFFER,
+    HostEvent,
+    HostLost,
+    HostRegistered,
+    InstanceEvent,
+    InstanceOrder,
+    InstancePhase,
+    InstanceReported,
+)
 from devyard.server.serve import serve_server
 from tests.polling import eventually
 
 
 @attrs.define
 class Recorder:
-    """The `InstanceEvents` counterpart of the seam, recording what the edge reports."""
+    """The consumer of the edge's `HostEvent` channel, recording what the edge publishes (in
+    place of the instances service: `serve_server(host_events=...)`)."""
 
     events: list[tuple[str, InstanceEvent]] = attrs.field(factory=list)
     lost: list[str] = attrs.field(factory=list)
+    registered: list[HostRegistered] = attrs.field(factory=list)
     changed: trio.Event = attrs.field(factory=trio.Event)
 
-    async def on_instance_event(self, host_id: str, event: InstanceEvent) -> None:
-        self.events.append((host_id, event))
-        self._wake()
-        await trio.lowlevel.checkpoint()
+    def start(self, nursery: trio.Nursery) -> trio.MemorySendChannel[HostEvent]:
+        """The channel to give the server; the recording runs in *nursery*."""
+        send, receive = trio.open_memory_channel[HostEvent](EVENT_BUFFER)
+        nursery.start_soon(self._consume, receive)
+        return send
 
-    async def on_host_lost(self, host_id: str) -> None:
-        self.lost.append(host_id)
-        self._wake()
-        await trio.lowlevel.checkpoint()
+    async def _consume(self, receive: trio.MemoryReceiveChannel[HostEvent]) -> None:
+        async for published in receive:
+            if isinstance(published, InstanceReported):
+                self.events.append((published.host_id, published.event))
+            elif isinstance(published, HostLost):
+                self.lost.append(published.host_id)
+            else:
+                self.registered.append(published)
+            self._wake()
 
     def _wake(self) -> None:
         self.changed.set()
@@ -83,7 +100,7 @@ async def open_server(tmp_path: Path, *, grace: float = 30.0) -> AsyncIterator[R
     config = ServerConfig(data_dir=server_dir, listen=ListenAddress("127.0.0.1", 0))
     async with trio.open_nursery() as nursery:
         bound: BoundServer = await nursery.start(
-            partial(serve_server, config, events=recorder, host_grace=grace)
+            partial(serve_server, config, host_events=recorder.start(nursery), host_grace=grace)
         )
         assert isinstance(bound.hosts, Edge)
         yield Rig(bound, bound.hosts, recorder, host_id, token, tmp_path / "host")

@@ -21,11 +21,12 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from devyard.core import UpgradeRejected, open_transport
+from devyard.core.link import HOST_PATH
 from devyard.hostd.daemon import HostdConfig, PermanentLinkError, serve_hostd
 from devyard.hostd.supervisor import Supervisor
 from devyard.server.api.serve import BoundServer
 from devyard.server.config import ListenAddress, ServerConfig
-from devyard.server.edge import HOST_CONNECTIONS_PATH, HOST_TOKENS_FILE, Edge, create_host_token
+from devyard.server.edge import HOST_TOKENS_FILE, Edge, create_host_token
 from devyard.server.hosts import InstancePhase
 from devyard.server.serve import advertised_raw_link, serve_server
 
@@ -96,7 +97,9 @@ async def open_raw_server(
     )
     recorder = Recorder()
     async with trio.open_nursery() as nursery:
-        bound: BoundServer = await nursery.start(partial(serve_server, config, events=recorder))
+        bound: BoundServer = await nursery.start(
+            partial(serve_server, config, host_events=recorder.start(nursery))
+        )
         assert isinstance(bound.hosts, Edge) and bound.link_port
         rig = Rig(bound, bound.hosts, recorder, host_id, token, tmp_path / "host")
         yield RawRig(rig, f"{scheme}://127.0.0.1:{bound.link_port}")
@@ -121,7 +124,7 @@ async def test_a_host_links_over_the_raw_port_and_runs_an_instance(
 ) -> None:
     async with open_raw_server(tmp_path, scheme, monkeypatch) as raw:
         rig = raw.rig
-        assert _config(raw).link_url == f"{raw.link}{HOST_CONNECTIONS_PATH}"
+        assert _config(raw).link_url == f"{raw.link}{HOST_PATH}"
         with trio.fail_after(20):
             async with trio.open_nursery() as nursery:
                 shutdown = trio.Event()
@@ -215,7 +218,7 @@ def test_which_raw_link_the_adb_websocket_names(
 async def _misbehave_then_link_a_real_host(raw: RawRig, garbage: bytes) -> None:
     """A host link that sends *garbage* (or nothing) after a good upgrade, read until the edge
     hangs up; then a real host links, so the port and the server still serve."""
-    url = f"{raw.link}{HOST_CONNECTIONS_PATH}"
+    url = f"{raw.link}{HOST_PATH}"
     headers = [(b"authorization", f"Bearer {raw.rig.token}".encode())]
     with trio.fail_after(20):
         async with open_transport(url, extra_headers=headers) as stream:
@@ -243,6 +246,6 @@ async def test_a_link_that_never_says_hello_ends_alone(
 ) -> None:
     """An error inside a route (here the hello timeout) ends that connection only, as Hypercorn
     does for the WebSocket route: the listener and the server go on."""
-    monkeypatch.setattr("devyard.server.edge.links._HELLO_TIMEOUT", 0.2)
+    monkeypatch.setattr("devyard.server.edge._route.HELLO_TIMEOUT", 0.2)
     async with open_raw_server(tmp_path, "tcp", monkeypatch) as raw:
         await _misbehave_then_link_a_real_host(raw, b"")  # silent: the edge gives up on it

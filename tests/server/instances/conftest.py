@@ -1,12 +1,14 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 
 import pytest
 import trio
 
 from devyard.server.hosts import HostInfo, HostUnavailableError, InstanceOrder
+from devyard.server.instances import InstanceService
 from devyard.server.store import Store, open_store
 
 
@@ -50,6 +52,15 @@ def make_host(host_id: str, region: str, *, capacity: int = 4) -> HostInfo:
         version="test",
         connected_at=datetime(2030, 1, 1, tzinfo=UTC),
     )
+
+
+@asynccontextmanager
+async def running(service: InstanceService) -> AsyncIterator[None]:
+    """*service* with its `run` task: it hands the orders to the registry."""
+    async with trio.open_nursery() as nursery:
+        await nursery.start(service.run)
+        yield
+        nursery.cancel_scope.cancel()
 
 
 @pytest.fixture

@@ -3,6 +3,8 @@ recording registry standing in for the edge at the documented seam (hosts.py).""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import attrs
 import pytest
 import trio
@@ -34,8 +36,12 @@ def registry() -> RecordingRegistry:
 
 
 @pytest.fixture
-def service(store: Store, registry: RecordingRegistry) -> InstanceService:
-    return InstanceService(store, registry)
+async def service(store: Store, registry: RecordingRegistry) -> AsyncIterator[InstanceService]:
+    running = InstanceService(store, registry)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(running.run)  # hands orders to the registry
+        yield running
+        nursery.cancel_scope.cancel()
 
 
 @pytest.fixture
@@ -80,7 +86,7 @@ async def test_lifecycle_urls_tokens_and_delete(
     )
     iid = created["metadata"]["id"]
     assert iid.startswith("android_local_")
-    assert created["status"]["state"] == "assigned"
+    assert created["status"]["state"] == "creating"  # at once; assigned follows (spec 3.1)
     assert "apiUrl" not in created["status"]
     assert created["spec"]["inactivityTimeout"] == "10m"
     assert created["status"]["token"].startswith("dyi_")

@@ -15,9 +15,10 @@ import pytest
 from devyard.server.config import ConfigError, RegionConfig, load_server_config
 from devyard.server.instances import InstanceService, NewInstance, NoCapacity, UnknownPlacement
 from devyard.server.store import Store
-from devyard.server.store.base import Platform
+from devyard.server.store.base import Organization, Platform
+from tests.polling import eventually
 
-from .conftest import RecordingRegistry, make_host
+from .conftest import RecordingRegistry, make_host, running
 
 CONFIG = """
 region = "eu-west"
@@ -116,6 +117,16 @@ async def test_the_service_places_by_the_configured_regions(store: Store, tmp_pa
         store, registry, regions=_load(tmp_path, CONFIG), home_region="eu-west"
     )
 
+    async with running(service):
+        await _places_by_region(service, org, registry)
+        await eventually(lambda: len(registry.started) == 10)
+    orders = [order for _, order in registry.started]
+    assert all(o.instance_id.startswith("ios_") for o in orders)
+
+
+async def _places_by_region(
+    service: InstanceService, org: Organization, registry: RecordingRegistry
+) -> None:
     async def region(new: NewInstance) -> str:
         return (await service.create(org, new, reuse=False)).region
 
@@ -133,8 +144,6 @@ async def test_the_service_places_by_the_configured_regions(store: Store, tmp_pa
         await region(_new(jurisdiction="CH"))
     with pytest.raises(UnknownPlacement, match=r"spec\.region"):
         await region(_new(region="mars"))
-    orders = [order for _, order in registry.started]
-    assert len(orders) == 10 and all(o.instance_id.startswith("ios_") for o in orders)
 
 
 async def test_capacity_spills_to_the_next_region_unless_pinned(
@@ -146,12 +155,13 @@ async def test_capacity_spills_to_the_next_region_unless_pinned(
     service = InstanceService(
         store, registry, regions=_load(tmp_path, CONFIG), home_region="eu-west"
     )
-    spilled = await service.create(org, _new(PARIS), reuse=False)
-    assert spilled.region == "us-east"
-    with pytest.raises(NoCapacity, match="region 'eu-west'"):
-        await service.create(org, _new(region="eu-west"), reuse=False)
-    # reuseIfExists looks in the region that handles the create: from the EU that is now
-    # us-east (full eu-west), so the instance just made is found, not a second one.
-    again = await service.create(org, _new(PARIS), reuse=True)
-    assert again.id == spilled.id
-    assert len(registry.started) == 1
+    async with running(service):
+        spilled = await service.create(org, _new(PARIS), reuse=False)
+        assert spilled.region == "us-east"
+        with pytest.raises(NoCapacity, match="region 'eu-west'"):
+            await service.create(org, _new(region="eu-west"), reuse=False)
+        # reuseIfExists looks in the region that handles the create: from the EU that is now
+        # us-east (full eu-west), so the instance just made is found, not a second one.
+        again = await service.create(org, _new(PARIS), reuse=True)
+        assert again.id == spilled.id
+        await eventually(lambda: len(registry.started) == 1)

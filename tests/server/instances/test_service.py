@@ -8,7 +8,7 @@ import pytest
 import trio
 import trio.testing
 
-from devyard.server.hosts import InstanceEvent, InstancePhase
+from devyard.server.hosts import InstanceEvent, InstanceOrder, InstancePhase
 from devyard.server.instances import (
     EmptyRegistry,
     InstanceService,
@@ -17,7 +17,13 @@ from devyard.server.instances import (
     NoCapacity,
 )
 from devyard.server.store import Store
-from devyard.server.store.base import InstanceState, Platform, TerminationReason
+from devyard.server.store.base import (
+    Instance,
+    InstanceState,
+    Organization,
+    Platform,
+    TerminationReason,
+)
 
 from .conftest import RecordingRegistry, make_host
 
@@ -41,19 +47,72 @@ async def test_refusing_hosts_terminate_the_row(store: Store) -> None:
     registry = RecordingRegistry()
     registry.refusing.add("h1")
     service = InstanceService(store, registry)
-    with pytest.raises(NoCapacity):
-        await service.create(org, _new(), reuse=False)
-    (row,) = await store.list_instances(org.id, Platform.ANDROID)
-    assert row.state is InstanceState.TERMINATED
-    assert row.termination_reason is TerminationReason.ERROR and row.error_message
+    async with trio.open_nursery() as nursery:
+        await nursery.start(service.run)
+        created = await service.create(org, _new(), reuse=False)
+        assert created.state is InstanceState.CREATING
+        row = await _until_ended(store, created.id)
+        nursery.cancel_scope.cancel()
+    assert row.termination_reason is TerminationReason.ERROR
+    assert row.error_message == "no host accepted the instance"
+
+
+async def _until_ended(store: Store, instance_id: str) -> Instance:
+    with trio.fail_after(10):
+        while (row := await store.get_instance(instance_id)).live:  # noqa: ASYNC110
+            await trio.sleep(0.01)
+    return row
+
+
+async def _until_assigned(store: Store, instance_id: str) -> Instance:
+    with trio.fail_after(10):
+        while (row := await store.get_instance(instance_id)).state is InstanceState.CREATING:  # noqa: ASYNC110
+            await trio.sleep(0.01)
+    return row
+
+
+class SilentRegistry(RecordingRegistry):
+    """A host that takes the link but never takes an order."""
+
+    async def start_instance(self, host_id: str, order: InstanceOrder) -> None:
+        self.started.append((host_id, order))
+        self.got_order.set()
+        await trio.sleep_forever()
+
+
+async def test_create_answers_at_once_while_the_host_is_silent(store: Store) -> None:
+    org = await store.create_organization("acme")
+    registry = SilentRegistry()
+    service = InstanceService(store, registry)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(service.run)
+        with trio.fail_after(5):
+            created = await service.create(org, _new(), reuse=False)
+            await registry.got_order.wait()  # the order is on its way, and stays there
+        assert created.state is InstanceState.CREATING and created.host_id is None
+        assert (await store.get_instance(created.id)).state is InstanceState.CREATING
+        gone = await service.delete(org.id, created.id)  # a delete does not wait for it
+        assert gone.termination_reason is TerminationReason.USER_REQUESTED
+        nursery.cancel_scope.cancel()
 
 
 async def test_lifecycle_reuse_and_delete(store: Store) -> None:
     org = await store.create_organization("acme")
     registry = RecordingRegistry()
     service = InstanceService(store, registry)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(service.run)
+        await _lifecycle_reuse_and_delete(store, org, registry, service)
+        nursery.cancel_scope.cancel()
+
+
+async def _lifecycle_reuse_and_delete(
+    store: Store, org: Organization, registry: RecordingRegistry, service: InstanceService
+) -> None:
     created = await service.create(org, _new(hardTimeout="90s"), reuse=False)
-    assert created.state is InstanceState.ASSIGNED and created.host_id == "h1"
+    assert created.state is InstanceState.CREATING
+    assigned = await _until_assigned(store, created.id)
+    assert assigned.host_id == "h1"
     assert created.spec["hardTimeout"] == "1m30s"
     assert created.spec["inactivityTimeout"] == "10m"  # the organization's default
     ((host_id, order),) = registry.started
@@ -76,8 +135,12 @@ async def test_host_events_and_host_lost(store: Store) -> None:
     org = await store.create_organization("acme")
     registry = RecordingRegistry([make_host("h1", "local"), make_host("h2", "local", capacity=1)])
     service = InstanceService(store, registry)
-    a = await service.create(org, _new(), reuse=False)
-    b = await service.create(org, _new(), reuse=False)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(service.run)
+        a = await service.create(org, _new(), reuse=False)
+        b = await service.create(org, _new(), reuse=False)
+        a, b = await _until_assigned(store, a.id), await _until_assigned(store, b.id)
+        nursery.cancel_scope.cancel()
     await service.on_instance_event(
         a.host_id or "", InstanceEvent(a.id, InstancePhase.TERMINATED, "emulator crashed")
     )

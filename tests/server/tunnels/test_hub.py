@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, MutableMapping
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
@@ -154,4 +155,41 @@ async def test_expiry_warnings_come_daily_from_14_days_before(
                         break
             assert [round(w / 3600) for w in warnings] == [0, 24]
             assert round((trio.current_time() - started) / 3600) == 36
+        nursery.cancel_scope.cancel()
+
+
+async def test_connectors_beyond_the_cap_are_refused_before_the_upgrade(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    directory = Directory(_tunnel(ephemeral=False))
+    async with trio.open_nursery() as nursery:
+        hub = ConnectorHub(directory, nursery, max_connectors=2, now=lambda: START)
+        async with connect(hub, nursery) as first, connect(hub, nursery) as second:
+            assert (await _hello(first))[1]["role"] == "active"
+            assert (await _hello(second))[1]["role"] == "standby"
+            sent: list[MutableMapping[str, Any]] = []
+
+            async def receive() -> MutableMapping[str, Any]:
+                await trio.lowlevel.checkpoint()
+                return {"type": "websocket.connect"}
+
+            async def send(message: MutableMapping[str, Any]) -> None:
+                await trio.lowlevel.checkpoint()
+                sent.append(message)
+
+            scope = {
+                "type": "websocket",
+                "path": "/v1/connector_connections",
+                "headers": [(b"authorization", b"Bearer good")],
+                "extensions": {"websocket.http.response": {}},
+            }
+            await hub(scope, receive, send)
+            assert [m["type"] for m in sent] == [
+                "websocket.http.response.start",
+                "websocket.http.response.body",
+            ]
+            assert sent[0]["status"] == 429
+            body = json.loads(sent[1]["body"])
+            assert body["reason"] == "too-many-connectors" and "2 connectors" in body["message"]
+            assert len(hub.status("org_1", "quick-1").standbys) == 1
         nursery.cancel_scope.cancel()

@@ -12,18 +12,24 @@ from typing import Any, Final
 import trio
 from quart import Blueprint, Response, jsonify, request
 
+from ...hosts import TunnelRejected
 from ...instances import (
     DurationTooLong,
     InvalidDuration,
     NewInstance,
     NoCapacity,
-    TunnelRejectedError,
     UnknownPlacement,
 )
 from ...instances.placement import ModelNotAllowed, check_model
 from ...store import errors as store_errors
 from ...store.base import Instance, InstanceState, Platform, Role
-from .._errors import APIError, BadRequest, Conflict, NotFound, Unprocessable
+from .._errors import (
+    BadRequest,
+    Conflict,
+    NotFound,
+    Unprocessable,
+    from_tunnel_rejected,
+)
 from ..auth import Principal, role_at_least
 from ..context import body, params, principal, state
 from ..views import timestamp
@@ -159,8 +165,8 @@ async def create_instance() -> Response:
         raise Unprocessable(str(exc), reason="unknown_region") from exc
     except ModelNotAllowed as exc:
         raise Unprocessable(str(exc), reason="model_not_allowed") from exc
-    except TunnelRejectedError as exc:
-        raise _tunnel_error(exc) from exc
+    except TunnelRejected as exc:
+        raise from_tunnel_rejected(exc) from exc
     except NoCapacity as exc:
         # 409, not 503: the server is fine, the fleet is full (clients retry 409 with backoff).
         raise Conflict(str(exc), reason="no_capacity") from exc
@@ -235,18 +241,3 @@ for _platform_value in Platform:
     blueprint.add_url_rule(_path, f"list_{_name}", list_instances, methods=["GET"])
     blueprint.add_url_rule(f"{_path}/<id>", f"get_{_name}", get_instance, methods=["GET"])
     blueprint.add_url_rule(f"{_path}/<id>", f"delete_{_name}", delete_instance, methods=["DELETE"])
-
-
-def _tunnel_error(exc: TunnelRejectedError) -> APIError:
-    """Spec 4.1 rule 3: a missing tunnel names it (404); an offline one is a retryable 409, like
-    a full fleet (with Retry-After); a tunnel the platform cannot use is 422."""
-    if exc.status == 404:
-        return NotFound(exc.message, reason=exc.reason)
-    if exc.status == 409:
-        return _RetryableConflict(exc.message, reason=exc.reason)
-    return Unprocessable(exc.message, reason=exc.reason)
-
-
-class _RetryableConflict(Conflict):
-    def headers(self) -> dict[str, str]:
-        return {"Retry-After": "2"}

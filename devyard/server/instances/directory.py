@@ -1,0 +1,80 @@
+"""`StoreInstanceDirectory`: what the edge asks about instances, answered from the store.
+
+The edge's per-instance gateway and its egress streams need three things: may this token
+reach this instance (`authorize`), where does this host's egress for an instance go
+(`route`), and "client traffic reached it" (`touch`). The first two are store reads plus the
+token rules; the third is written to the `Activity` the instances service reads its
+inactivity timeouts from. Nothing here holds the instances service.
+"""
+
+from __future__ import annotations
+
+import hmac
+
+from ..hosts import AccessDenied, AccessReason, Activity, InstanceAccess, InstanceRoute
+from ..store import errors as store_errors
+from ..store.base import Instance, InstanceState, Store
+
+__all__ = ["StoreInstanceDirectory"]
+
+
+class StoreInstanceDirectory:
+    """Implements `devyard.server.hosts.InstanceDirectory` over the store."""
+
+    def __init__(self, store: Store, activity: Activity) -> None:
+        self._store = store
+        self._activity = activity
+
+    def __repr__(self) -> str:
+        return "<StoreInstanceDirectory>"
+
+    async def _get(self, instance_id: str) -> Instance:
+        try:
+            return await self._store.get_instance(instance_id)
+        except store_errors.NotFound:
+            raise AccessDenied(AccessReason.UNKNOWN, f"no instance {instance_id}") from None
+
+    async def authorize(self, instance_id: str, token: str) -> InstanceAccess:
+        """May *token* reach the per-instance endpoints of *instance_id*?"""
+        instance = await self._get(instance_id)
+        if instance.state is InstanceState.TERMINATED:
+            # Its tokens were cleared when it ended, so none can be checked: say only that it
+            # is gone, never why (the reason is for callers of the API, who are checked).
+            raise AccessDenied(AccessReason.GONE, f"instance {instance_id} was terminated")
+        full = _same(token, instance.token)
+        stream = _same(token, instance.stream_token)
+        if not (full or stream):
+            raise AccessDenied(
+                AccessReason.WRONG_TOKEN, f"the token does not open instance {instance_id}"
+            )
+        if instance.state is not InstanceState.READY or instance.host_id is None:
+            raise AccessDenied(
+                AccessReason.NOT_READY,
+                f"instance {instance_id} is {instance.state.value}, not ready yet",
+            )
+        return InstanceAccess(
+            instance_id=instance.id,
+            host_id=instance.host_id,
+            platform=instance.platform.value,
+            stream_only=not full,
+        )
+
+    async def route(self, host_id: str, instance_id: str) -> InstanceRoute:
+        """The tunnel behind a host's egress for *instance_id*."""
+        instance = await self._get(instance_id)
+        if instance.host_id != host_id:
+            raise AccessDenied(AccessReason.NOT_ON_HOST, f"{instance_id} is not on this host")
+        if instance.state is InstanceState.TERMINATED:
+            raise AccessDenied(AccessReason.GONE, f"instance {instance_id} was terminated")
+        tunnel = instance.spec.get("tunnel")
+        if not isinstance(tunnel, str):
+            raise AccessDenied(AccessReason.NOT_ON_TUNNEL, f"{instance_id} is not on a tunnel")
+        return InstanceRoute(instance.id, instance.org_id, tunnel)
+
+    def touch(self, instance_id: str) -> None:
+        """Client traffic reached the instance: its inactivity period starts again."""
+        self._activity.touch(instance_id)
+
+
+def _same(token: str, secret: str | None) -> bool:
+    return bool(secret) and hmac.compare_digest(token.encode(), str(secret).encode())
