@@ -1,9 +1,11 @@
 """Why a connector stops for good, and the exit code each reason has (docs/tunnels.md).
 
     Exception
-     ├── PermanentError       the server ended this connector; never retried
+     ├── core.link.LinkRefused
+     │    └── PermanentError  the server ended this connector; never retried
      │                        (``exit_code`` is the process's exit status)
-     └── LinkLostError        the link dropped or was refused for now: reconnect with backoff
+     └── core.link.LinkLost   (LinkLostError) the link dropped or was refused for now:
+                              reconnect with backoff
 
 A permanent end arrives three ways: HTTP 401 on the upgrade (``{"code": "token-invalid" |
 "token-expired"}``), an ``error`` control message with ``permanent: true``, or a GO_AWAY code
@@ -12,11 +14,13 @@ marked "do not retry" in docs/protocol.md 5.3. All three map to the same codes h
 
 from __future__ import annotations
 
-from typing import Final, TypeVar
+from typing import Final
 
 from ..core import GoAwayCode
+from ..core.link import LinkLost, LinkRefused
 
 __all__ = [
+    "EXIT_CODES",
     "EXIT_ERROR",
     "EXIT_OK",
     "EXIT_PROTOCOL",
@@ -29,8 +33,6 @@ __all__ = [
     "EXIT_USAGE",
     "LinkLostError",
     "PermanentError",
-    "find_in_group",
-    "find_permanent",
     "permanent_for_code",
     "permanent_for_go_away",
 ]
@@ -46,7 +48,8 @@ EXIT_TOKEN_INVALID: Final = 14
 EXIT_TOKEN_REVOKED: Final = 15
 EXIT_PROTOCOL: Final = 16
 
-_BY_CODE: Final = {
+#: The exit status of each permanent end's code.
+EXIT_CODES: Final = {
     "token-rotated": EXIT_TOKEN_ROTATED,
     "token-expired": EXIT_TOKEN_EXPIRED,
     "tunnel-deleted": EXIT_TUNNEL_DELETED,
@@ -63,44 +66,23 @@ _BY_GO_AWAY: Final = {
     GoAwayCode.TOKEN_REVOKED: "token-revoked",
 }
 
+#: The link dropped or was refused for now; reconnect with backoff.
+LinkLostError = LinkLost
 
-E = TypeVar("E", bound=BaseException)
 
-
-class PermanentError(Exception):
+class PermanentError(LinkRefused):
     """The server ended this connector for good; the process exits with ``exit_code``."""
 
     def __init__(self, code: str, message: str, exit_code: int) -> None:
-        super().__init__(f"{code}: {message}" if message else code)
-        self.code = code
+        super().__init__(code, message, permanent=True)
         self.exit_code = exit_code
 
 
-class LinkLostError(Exception):
-    """The link dropped or was refused for now; reconnect with backoff."""
-
-
 def permanent_for_code(code: str, message: str = "") -> PermanentError:
-    return PermanentError(code, message, _BY_CODE.get(code, EXIT_ERROR))
+    return PermanentError(code, message, EXIT_CODES.get(code, EXIT_ERROR))
 
 
 def permanent_for_go_away(code: int | None) -> PermanentError | None:
     """The permanent end a GO_AWAY code means, or None when reconnecting is right."""
     name = None if code is None else _BY_GO_AWAY.get(code)  # type: ignore[call-overload]
     return None if name is None else permanent_for_code(name, "GO_AWAY from the server")
-
-
-def find_in_group(exc: BaseException, kind: type[E]) -> E | None:
-    """*exc* itself, or the first exception of *kind* inside an exception group."""
-    if isinstance(exc, kind):
-        return exc
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            found = find_in_group(inner, kind)
-            if found is not None:
-                return found
-    return None
-
-
-def find_permanent(exc: BaseException) -> PermanentError | None:
-    return find_in_group(exc, PermanentError)

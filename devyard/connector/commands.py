@@ -5,7 +5,6 @@ line (it would show in ``ps``); API keys from ``--api-key-file`` or ``DEVYARD_AP
 from __future__ import annotations
 
 import argparse
-import logging
 import re
 import sys
 from collections.abc import Mapping
@@ -57,17 +56,10 @@ def _secret(path: str | None, env: Mapping[str, str], env_name: str, what: str) 
     return env.get(env_name, "").strip() or None
 
 
-def _logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper()),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-
-
 def _run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     import trio  # noqa: PLC0415
 
+    from .._process import setup_logging  # noqa: PLC0415
     from .link import ConnectorConfig  # noqa: PLC0415
     from .main import run_connector  # noqa: PLC0415
 
@@ -78,7 +70,7 @@ def _run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
             file=sys.stderr,
         )
         return _USAGE
-    _logging(args.log_level)
+    setup_logging(args.log_level)
     config = ConnectorConfig(
         server_url=args.server,
         token=token,
@@ -92,6 +84,7 @@ def _run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
 def _quick(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     import trio  # noqa: PLC0415
 
+    from .._process import setup_logging  # noqa: PLC0415
     from .link import ConnectorConfig  # noqa: PLC0415
     from .main import run_quick  # noqa: PLC0415
 
@@ -102,7 +95,7 @@ def _quick(args: argparse.Namespace, env: Mapping[str, str]) -> int:
             file=sys.stderr,
         )
         return _USAGE
-    _logging(args.log_level)
+    setup_logging(args.log_level)
     config = ConnectorConfig(
         server_url=args.server, token="", replace=False, grace=args.grace, link=args.link
     )

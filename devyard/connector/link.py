@@ -14,29 +14,30 @@ Selectors: every version seen since the process started is kept (a few), and a d
 against the version the edge names, so instances attached before a selector change keep theirs
 until this connector restarts (spec 4.6 rule 3).
 
-Ends: a permanent end (401 on the upgrade, ``error {permanent}``, or a "do not retry" GO_AWAY)
-raises `PermanentError`, whose ``exit_code`` the process returns; anything else reconnects
-with full-jitter backoff (`Backoff`), with one immediate retry after GO_AWAY(relay
-restarting). `shutdown` set means drain: ``shutdown`` on the control stream and
-GO_AWAY(connector clean stop) first (the edge stops routing here and promotes a standby),
-then streams in flight get ``grace`` seconds; cancelling the caller's scope stops at once.
+The lifecycle (dial, hello, reconnect with full-jitter backoff, exit for good) is
+`devyard.core.link.run_link`; `_Link` is the connector's registered body. It serves until the
+first of: the control stream ends, the session ends, or `shutdown`. Ends: a permanent end (401
+or 403 on the upgrade, ``error {permanent}``, or a "do not retry" GO_AWAY) raises
+`PermanentError`, whose ``exit_code`` the process returns; anything else reconnects, at once
+after GO_AWAY(relay restarting). `shutdown` set means drain: ``shutdown`` on the control
+stream and GO_AWAY(connector clean stop) first (the edge stops routing here and promotes a
+standby), then streams in flight get ``grace`` seconds; cancelling the caller's scope stops at
+once.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import json
 import logging
 import secrets
 import socket
 import sys
-from collections import OrderedDict
+from functools import partial
 from typing import Any, Final
 
 import attrs
 import trio
-import trio_websocket
 
 from .. import __version__
 from ..core import (
@@ -44,34 +45,32 @@ from ..core import (
     ControlChannel,
     GoAwayCode,
     Session,
-    UpgradeRejected,
     accept_open,
-    open_session,
-    open_transport,
     read_open,
     reject_open,
     splice,
 )
-from ..core.selectors import Selector, SelectorError, matches, parse_dest, parse_selectors
-from ..core.transports import link_url
-from ._errors import (
-    LinkLostError,
-    find_in_group,
-    find_permanent,
-    permanent_for_code,
-    permanent_for_go_away,
+from ..core.link import (
+    CONNECTOR_PATH,
+    PROTO,
+    LinkLost,
+    LinkRefused,
+    race,
+    raise_for_error,
+    run_link,
 )
+from ..core.selectors import SelectorError, SelectorHistory, parse_dest, parse_selectors
+from ..core.transports import link_url
+from ._errors import EXIT_CODES, PermanentError, permanent_for_code, permanent_for_go_away
 from .metrics import Metrics
 
 log = logging.getLogger(__name__)
 
 __all__ = ["CONNECTOR_CONNECTIONS_PATH", "ConnectorConfig", "serve_connector"]
 
-CONNECTOR_CONNECTIONS_PATH: Final = "/v1/connector_connections"
-PROTO: Final = 1
-_HELLO_TIMEOUT: Final = 10.0
+CONNECTOR_CONNECTIONS_PATH: Final = CONNECTOR_PATH
 _OPEN_TIMEOUT: Final = 10.0
-_KEPT_VERSIONS: Final = 16
+_SAY_GRACE: Final = 2.0
 _PING_INTERVAL: Final = 15.0
 
 
@@ -96,143 +95,141 @@ class ConnectorConfig:
         return link_url(self.server_url, CONNECTOR_CONNECTIONS_PATH, self.link)
 
 
-@attrs.define
-class _Selectors:
-    """Selector versions seen since start, newest last (bounded)."""
-
-    versions: OrderedDict[int, tuple[Selector, ...]] = attrs.field(factory=OrderedDict)
-
-    def update(self, message: Any) -> int:
-        if not isinstance(message, dict):
-            raise LinkLostError("selectors missing from the server's message")
-        try:
-            version = int(message["version"])
-            parsed = parse_selectors(str(s) for s in message["items"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise LinkLostError(f"bad selectors from the server: {exc}") from None
-        self.versions[version] = parsed
-        self.versions.move_to_end(version)
-        while len(self.versions) > _KEPT_VERSIONS:
-            self.versions.popitem(last=False)
-        return version
-
-    def admits(self, version: object, host: str, port: int) -> bool:
-        chosen = self.versions.get(version) if isinstance(version, int) else None
-        if chosen is None and self.versions:
-            chosen = next(reversed(self.versions.values()))
-        return chosen is not None and matches(chosen, host, port)
+def _learn(selectors: SelectorHistory, message: Any) -> int:
+    """Learn the ``{version, items}`` of a ``registered`` or ``config`` message."""
+    if not isinstance(message, dict):
+        raise LinkLost("selectors missing from the server's message")
+    try:
+        version = int(message["version"])
+        parsed = parse_selectors(str(s) for s in message["items"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise LinkLost(f"bad selectors from the server: {exc}") from None
+    selectors.learn(version, parsed)
+    return version
 
 
 class _Link:
-    """One session's worth of connector: control, streams, drain."""
+    """The connector's registered body, one per session: control, streams, drain.
+
+    ``role`` ("active" or "standby") is the control state a ``tunnel-dial`` is checked
+    against; the metrics report it.
+    """
 
     def __init__(
         self,
         config: ConnectorConfig,
         metrics: Metrics,
-        selectors: _Selectors,
-        session: Session,
+        selectors: SelectorHistory,
+        shutdown: trio.Event,
     ) -> None:
         self.config = config
         self.metrics = metrics
         self.selectors = selectors
-        self.session = session
-        self.tunnel = "?"
+        self.shutdown = shutdown
+        self.role = ""
         self._idle = trio.Event()
         self._idle.set()
 
-    def _say(self, text: str, *args: object, level: int = logging.INFO) -> None:
-        log.log(
-            level, "tunnel=%s connector=%s " + text, self.tunnel, self.config.connector_id, *args
-        )
+    def _set_role(self, role: str) -> None:
+        self.role = role
+        self.metrics.role = role
 
-    async def run(self, backoff: Backoff, shutdown: trio.Event) -> None:
-        control = ControlChannel(await self.session.open_stream())
-        with trio.fail_after(_HELLO_TIMEOUT):
-            await control.send(
-                {
-                    "type": "hello",
-                    "proto": PROTO,
-                    "role": "connector",
-                    "id": self.config.connector_id,
-                    "version": __version__,
-                    "os": sys.platform,
-                    "hostname": self.config.hostname,
-                    "replace": self.config.replace,
-                }
-            )
-            reply = await control.receive()
-        _raise_for_error(reply)
-        if reply.get("type") != "registered":
-            raise LinkLostError(f"expected registered, got {reply.get('type')!r}")
-        self.tunnel = str(reply.get("tunnel", "?"))
-        self.metrics.tunnel = self.tunnel
-        version = self.selectors.update(reply.get("selectors"))
-        self.metrics.role = str(reply.get("role", "standby"))
+    def label(self) -> str:
+        return f"tunnel={self.metrics.tunnel or '?'} connector={self.config.connector_id} "
+
+    def _say(self, text: str, *args: object, level: int = logging.INFO) -> None:
+        log.log(level, "%s" + text, self.label(), *args)
+
+    def hello(self) -> dict[str, Any]:
+        return {
+            "type": "hello",
+            "proto": PROTO,
+            "role": "connector",
+            "id": self.config.connector_id,
+            "version": __version__,
+            "os": sys.platform,
+            "hostname": self.config.hostname,
+            "replace": self.config.replace,
+        }
+
+    async def __call__(
+        self, session: Session, control: ControlChannel, registered: dict[str, Any]
+    ) -> None:
+        self.metrics.tunnel = str(registered.get("tunnel", "?"))
+        version = _learn(self.selectors, registered.get("selectors"))
+        self._set_role(str(registered.get("role", "standby")))
         self._say(
             "registered as %s (selectors v%d, token expires %s)",
-            self.metrics.role,
+            self.role,
             version,
-            reply.get("token_expires_at"),
+            registered.get("token_expires_at"),
         )
-        backoff.succeeded(trio.current_time())
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._control_loop, control)
-                nursery.start_soon(self._accept_loop, nursery)
-                nursery.start_soon(self._pinger)
-                nursery.start_soon(self._watch_end, shutdown)
-                await shutdown.wait()
-                await self._drain(control)
-                nursery.cancel_scope.cancel()
+            async with trio.open_nursery() as streams:
+                streams.start_soon(self._accept_loop, session, streams)
+                await race(
+                    partial(self._control_loop, session, control),
+                    session.wait_ended,
+                    self.shutdown.wait,
+                    partial(self._pinger, session),
+                )
+                if self.shutdown.is_set():
+                    await self._drain(session, control)
+                streams.cancel_scope.cancel()
         finally:
-            self.metrics.role = ""
+            self._set_role("")
+        if not self.shutdown.is_set():
+            self._raise_end(session)
 
-    async def _drain(self, control: ControlChannel) -> None:
-        self._say(
-            "draining: %d stream(s) get %.0f s", self.metrics.active_streams, self.config.grace
-        )
-        with trio.move_on_after(2.0):
-            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                await control.send({"type": "shutdown", "reason": "connector clean stop"})
-        self.session.go_away_nowait(GoAwayCode.CONNECTOR_CLEAN_STOP)
-        with trio.move_on_after(self.config.grace):
-            await self._idle.wait()
-
-    async def _watch_end(self, shutdown: trio.Event) -> None:
-        await self.session.wait_ended()
-        if shutdown.is_set():
-            await trio.sleep_forever()  # the drain decides when to stop
-        remote = self.session.remote_go_away
+    def _raise_end(self, session: Session) -> None:
+        """How the session ended, as the exception `run_link` acts on."""
+        remote = session.remote_go_away
         if remote is not None:
             self.metrics.go_away_received[GoAwayCode.describe(remote)] += 1
         permanent = permanent_for_go_away(remote)
         if permanent is not None:
             raise permanent
         if remote == GoAwayCode.RELAY_RESTARTING:
-            raise _RelayRestarting
-        raise LinkLostError(f"the session ended ({self.session.error or 'closed by the server'})")
+            raise LinkLost("the relay is restarting", retry_now=True)
+        raise LinkLost(f"the session ended ({session.error or 'closed by the server'})")
 
-    async def _pinger(self) -> None:
+    async def _drain(self, session: Session, control: ControlChannel) -> None:
+        self._say(
+            "draining: %d stream(s) get %.0f s", self.metrics.active_streams, self.config.grace
+        )
+        with (
+            trio.move_on_after(_SAY_GRACE),
+            contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError),
+        ):
+            await control.send({"type": "shutdown", "reason": "connector clean stop"})
+        session.go_away_nowait(GoAwayCode.CONNECTOR_CLEAN_STOP)
+        with trio.move_on_after(self.config.grace):
+            await self._idle.wait()
+
+    async def _pinger(self, session: Session) -> None:
         while True:
             await trio.sleep(_PING_INTERVAL)
             try:
-                self.metrics.rtt = await self.session.ping()
+                self.metrics.rtt = await session.ping()
             except (trio.BrokenResourceError, trio.ClosedResourceError):
+                await session.wait_ended()  # the race's session.wait_ended reports it
                 return
 
-    async def _control_loop(self, control: ControlChannel) -> None:
+    async def _control_loop(self, session: Session, control: ControlChannel) -> None:
+        """Until the control stream ends (then the session's end says why)."""
         while True:
             try:
                 message = await control.receive()
             except (trio.EndOfChannel, trio.BrokenResourceError):
-                await trio.sleep_forever()  # _watch_end reports how the session ended
+                with trio.move_on_after(_SAY_GRACE):
+                    await session.wait_ended()  # so that _raise_end sees its GO_AWAY
+                return
             kind = message.get("type")
             if kind == "config":
-                version = self.selectors.update(message.get("selectors"))
+                version = _learn(self.selectors, message.get("selectors"))
                 self._say("selectors updated to v%d", version)
             elif kind == "promote":
-                self.metrics.role = "active"
+                self._set_role("active")
                 self._say("promoted to active")
             elif kind == "token_expiry_warning":
                 self._say(
@@ -241,25 +238,19 @@ class _Link:
                     level=logging.WARNING,
                 )
             elif kind == "error":
-                self._record_go_away_soon()
-                _raise_for_error(message)
+                remote = session.remote_go_away
+                if remote is not None:
+                    self.metrics.go_away_received[GoAwayCode.describe(remote)] += 1
+                raise_for_error(message)
             elif kind == "shutdown":
                 self._say("the server is shutting down (%s)", message.get("reason"))
             else:
                 self._say("unknown control message %r", kind, level=logging.WARNING)
 
-    def _record_go_away_soon(self) -> None:
-        remote = self.session.remote_go_away
-        if remote is not None:
-            self.metrics.go_away_received[GoAwayCode.describe(remote)] += 1
-
-    async def _accept_loop(self, nursery: trio.Nursery) -> None:
-        try:
-            async for stream in self.session:
+    async def _accept_loop(self, session: Session, nursery: trio.Nursery) -> None:
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            async for stream in session:
                 nursery.start_soon(self._serve_stream, stream)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
-        await trio.sleep_forever()  # _watch_end reports how the session ended
 
     async def _serve_stream(self, stream: trio.abc.Stream) -> None:
         self.metrics.active_streams += 1
@@ -291,7 +282,7 @@ class _Link:
         if kind != "tunnel-dial":
             await self._refuse(stream, "bad-request", f"unknown stream kind {kind!r}")
             return
-        if self.metrics.role != "active":
+        if self.role != "active":
             await self._refuse(stream, "unavailable", "this connector is a standby")
             return
         dest = request.get("dest")
@@ -329,49 +320,15 @@ class _Link:
         return None
 
 
-class _RelayRestarting(LinkLostError):
-    pass
-
-
-def _raise_for_error(message: dict[str, Any]) -> None:
-    if message.get("type") != "error":
-        return
-    code = str(message.get("code", "error"))
-    text = str(message.get("message", ""))
-    if message.get("permanent"):
-        raise permanent_for_code(code, text)
-    raise LinkLostError(f"{code}: {text}")
-
-
-def _rejected(exc: trio_websocket.ConnectionRejected | UpgradeRejected) -> Exception:
-    if exc.status_code == 401:
-        code = "token-invalid"
-        try:
-            body = json.loads(exc.body or b"{}")
-            code = str(body.get("code", code)) if isinstance(body, dict) else code
-        except ValueError:
-            pass
-        return permanent_for_code(code, "the server refused the tunnel token")
-    return LinkLostError(f"upgrade rejected with HTTP {exc.status_code}")
-
-
-async def _run_link(
-    config: ConnectorConfig,
-    metrics: Metrics,
-    selectors: _Selectors,
-    backoff: Backoff,
-    shutdown: trio.Event,
-) -> None:
-    headers = [(b"authorization", f"Bearer {config.token}".encode())]
-    log.debug("connector=%s dialling %s", config.connector_id, config.link_url)
-    try:
-        async with (
-            open_transport(config.link_url, extra_headers=headers) as transport,
-            open_session(transport, client=True) as session,
-        ):
-            await _Link(config, metrics, selectors, session).run(backoff, shutdown)
-    except (trio_websocket.ConnectionRejected, UpgradeRejected) as exc:
-        raise _rejected(exc) from None
+def _as_permanent(refused: LinkRefused) -> PermanentError:
+    """A permanent refusal as the connector's exit: its code, else "token-invalid" for a
+    refused upgrade (401/403) whose reason this connector does not know."""
+    if isinstance(refused, PermanentError):
+        return refused
+    code = refused.code.replace("_", "-")
+    if code not in EXIT_CODES and refused.status is not None:
+        return permanent_for_code("token-invalid", "the server refused the tunnel token")
+    return permanent_for_code(code, refused.message)
 
 
 async def serve_connector(
@@ -383,52 +340,21 @@ async def serve_connector(
     """Hold the tunnel until *shutdown* is set (then drain and return) or a permanent end
     (raises `PermanentError`)."""
     metrics = Metrics() if metrics is None else metrics
-    selectors = _Selectors()
-    backoff = Backoff(base=config.backoff_base)
-    first = True
-    while not shutdown.is_set():
-        if not first:
-            metrics.reconnects += 1
-        first = False
-        fast = False
-        try:
-            await _run_link(config, metrics, selectors, backoff, shutdown)
-        except Exception as exc:
-            permanent = find_permanent(exc)
-            if permanent is not None:
-                log.error(
-                    "tunnel=%s connector=%s stopping for good: %s",
-                    metrics.tunnel or "?",
-                    config.connector_id,
-                    permanent,
-                )
-                raise permanent from None
-            fast = find_in_group(exc, _RelayRestarting) is not None
-            log.warning(
-                "tunnel=%s connector=%s link to %s lost: %s",
-                metrics.tunnel or "?",
-                config.connector_id,
-                config.link_url,
-                _describe(exc),
-            )
-        backoff.failed(trio.current_time())
-        if shutdown.is_set():
-            return
-        delay = 0.0 if fast else backoff.next_delay()
-        log.info(
-            "tunnel=%s connector=%s reconnecting in %.1f s",
-            metrics.tunnel or "?",
-            config.connector_id,
-            delay,
+    link = _Link(config, metrics, SelectorHistory(), shutdown)
+
+    def lost(_exc: BaseException) -> None:
+        metrics.reconnects += 1
+
+    try:
+        await run_link(
+            config.link_url,
+            config.token,
+            link.hello,
+            link,
+            backoff=Backoff(base=config.backoff_base),
+            shutdown=shutdown,
+            label=link.label,
+            on_lost=lost,
         )
-        with trio.move_on_after(delay):
-            await shutdown.wait()
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        return _describe(exc.exceptions[0])
-    if str(exc):
-        return str(exc)
-    reason = exc.__cause__ or exc.__context__
-    return type(exc).__name__ if reason is None else f"{type(exc).__name__}: {_describe(reason)}"
+    except LinkRefused as refused:
+        raise _as_permanent(refused) from None

@@ -9,38 +9,22 @@ from __future__ import annotations
 
 import logging
 import secrets
-import signal
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from typing import Any, Final, TextIO
 
 import trio
 
-from ._errors import EXIT_ERROR, EXIT_OK, find_permanent
+from .._process import Stopped, run_until_signalled
+from ..core.link import find_in_group
+from ._errors import EXIT_ERROR, EXIT_OK, PermanentError
 from .link import ConnectorConfig, serve_connector
 from .metrics import Metrics, serve_metrics
 
 log = logging.getLogger(__name__)
 
-__all__ = ["run_connector", "run_quick"]
+__all__ = ["EXIT_INTERRUPTED", "run_connector", "run_quick"]
 
 EXIT_INTERRUPTED: Final = 130
-
-
-async def _watch_signals(
-    receiver: AsyncIterator[int],
-    shutdown: trio.Event,
-    forced: trio.Event,
-    stop_now: trio.CancelScope,
-) -> None:
-    async for signum in receiver:
-        name = signal.Signals(signum).name
-        if shutdown.is_set():
-            log.warning("%s again: stopping now", name)
-            forced.set()
-            stop_now.cancel()
-            return
-        log.info("%s: draining (a second signal stops at once)", name)
-        shutdown.set()
 
 
 async def run_connector(
@@ -50,29 +34,27 @@ async def run_connector(
     err: TextIO,
 ) -> int:
     """``devyard connector run``'s trio main; the process's exit code."""
-    shutdown = trio.Event()
-    forced = trio.Event()
     metrics = Metrics()
+
+    async def main(shutdown: trio.Event) -> None:
+        async with trio.open_nursery() as nursery:
+            if metrics_listen is not None:
+                host, port = metrics_listen
+                await nursery.start(serve_metrics, metrics, host, port)
+            await serve_connector(config, shutdown=shutdown, metrics=metrics)
+            nursery.cancel_scope.cancel()
+
     try:
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as receiver:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(_watch_signals, receiver, shutdown, forced, nursery.cancel_scope)
-                if metrics_listen is not None:
-                    host, port = metrics_listen
-                    await nursery.start(serve_metrics, metrics, host, port)
-                try:
-                    await serve_connector(config, shutdown=shutdown, metrics=metrics)
-                finally:
-                    nursery.cancel_scope.cancel()
-        if forced.is_set():
-            return EXIT_INTERRUPTED
+        outcome = await run_until_signalled(
+            main, graceful="draining (streams in flight get --grace)"
+        )
     except Exception as exc:
-        permanent = find_permanent(exc)
+        permanent = find_in_group(exc, PermanentError)
         if permanent is None:
             raise
         print(f"devyard connector: stopped for good: {permanent}", file=err, flush=True)
         return permanent.exit_code
-    return EXIT_OK
+    return EXIT_INTERRUPTED if isinstance(outcome, Stopped) else EXIT_OK
 
 
 async def run_quick(

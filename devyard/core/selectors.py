@@ -31,11 +31,13 @@ from typing import Final
 import attrs
 
 __all__ = [
+    "KEPT_VERSIONS",
     "MAX_SELECTORS",
     "MAX_SELECTOR_LENGTH",
     "SELECTOR_PATTERN",
     "Selector",
     "SelectorError",
+    "SelectorHistory",
     "android_compatible",
     "matches",
     "parse_dest",
@@ -148,3 +150,45 @@ def matches(selectors: Iterable[Selector], host: str, port: int) -> bool:
 def android_compatible(selectors: Iterable[Selector]) -> bool:
     """Android instances attach only when every exact selector's port is >= 1024."""
     return all(s.wildcard or (s.port is not None and s.port >= 1024) for s in selectors)
+
+
+#: Selector versions a `SelectorHistory` keeps (the newest ones).
+KEPT_VERSIONS: Final = 16
+
+
+class SelectorHistory:
+    """The selector versions of one tunnel seen since this process started, newest last.
+
+    An instance attached while version N was current keeps N's selectors until the connector
+    restarts (spec 4.6 rule 3), so both the edge (before it opens a ``tunnel-dial``) and the
+    connector (before it dials) check a destination against the version the instance names.
+    A version not (or no longer) kept falls back to the newest. Bounded: the oldest learned
+    version is forgotten past `KEPT_VERSIONS`.
+    """
+
+    def __init__(self, kept: int = KEPT_VERSIONS) -> None:
+        self._kept = kept
+        self._versions: dict[int, tuple[Selector, ...]] = {}
+
+    def __repr__(self) -> str:
+        return f"SelectorHistory(versions={list(self._versions)})"
+
+    def learn(self, version: int, selectors: tuple[Selector, ...]) -> None:
+        """*version* is now the current one (learning it again makes it the newest)."""
+        self._versions.pop(version, None)
+        self._versions[version] = selectors
+        while len(self._versions) > self._kept:
+            del self._versions[next(iter(self._versions))]
+
+    @property
+    def versions(self) -> list[int]:
+        """The kept versions, oldest first."""
+        return list(self._versions)
+
+    def admits(self, version: object, host: str, port: int) -> bool:
+        """Whether *version*'s selectors (else the newest) admit ``host:port``; False while
+        nothing was learned."""
+        chosen = self._versions.get(version) if isinstance(version, int) else None
+        if chosen is None and self._versions:
+            chosen = next(reversed(self._versions.values()))
+        return chosen is not None and matches(chosen, host, port)

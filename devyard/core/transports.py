@@ -21,9 +21,11 @@ from urllib.parse import urlsplit
 import trio
 import trio_websocket
 
-from .upgrade import dial_upgrade
+from ._groups import collapse_single_group
+from .upgrade import UpgradeRejected, dial_upgrade
 
 __all__ = [
+    "DIAL_TIMEOUT",
     "WS_MAX_MESSAGE",
     "WS_MAX_SEND",
     "WS_RECEIVE_BUFFER",
@@ -35,6 +37,9 @@ __all__ = [
     "open_transport",
 ]
 
+#: Connecting plus the upgrade handshake, at most (both link kinds, both transports).
+DIAL_TIMEOUT: Final = 10.0
+_CLOSE_TIMEOUT: Final = 5.0
 WS_RECEIVE_BUFFER: Final = 256 * 1024
 WS_MAX_MESSAGE: Final = 4 * 1024 * 1024
 #: Largest message a session sends over a WebSocketStream (whole frames up to this size). A
@@ -163,19 +168,107 @@ def link_url(server_url: str, path: str, link: str | None = None) -> str:
     return f"{scheme}://{parts.netloc}{parts.path.rstrip('/')}{path}"
 
 
+async def _dial_raw(
+    host: str,
+    port: int,
+    path: str,
+    *,
+    tls: ssl.SSLContext | None,
+    extra_headers: list[tuple[bytes, bytes]] | None,
+) -> trio.abc.Stream:
+    stream: trio.abc.Stream
+    if tls is None:
+        stream = await trio.open_tcp_stream(host, port)
+    else:
+        stream = await trio.open_ssl_over_tcp_stream(host, port, ssl_context=tls)
+    try:
+        if path not in ("", "/"):
+            return await dial_upgrade(
+                stream, host=f"{host}:{port}", path=path, headers=extra_headers
+            )
+    except BaseException:
+        await trio.aclose_forcefully(stream)
+        raise
+    return stream
+
+
+@asynccontextmanager
+async def _open_websocket(
+    url: str,
+    tls: ssl.SSLContext | None,
+    extra_headers: list[tuple[bytes, bytes]] | None,
+    dial_timeout: float,
+) -> AsyncIterator[trio_websocket.WebSocketConnection]:
+    """trio-websocket's client over a stream this function owns and always closes
+    (``open_websocket_url`` leaves the socket of a refused upgrade to the garbage collector)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = parts.port or (443 if tls is not None else 80)
+    resource = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    deadline = trio.current_time() + dial_timeout
+    stream: trio.SocketStream | trio.SSLStream[trio.SocketStream]
+    try:
+        with trio.fail_at(deadline):
+            if tls is None:
+                stream = await trio.open_tcp_stream(host, port)
+            else:
+                stream = await trio.open_ssl_over_tcp_stream(
+                    host, port, ssl_context=tls, https_compatible=True
+                )
+    except trio.TooSlowError:
+        raise TimeoutError(f"{url}: no answer within {dial_timeout:g} s") from None
+    try:
+        with collapse_single_group():
+            async with trio.open_nursery() as nursery:
+                try:
+                    with trio.fail_at(deadline):
+                        connection = await trio_websocket.wrap_client_stream(
+                            nursery,
+                            stream,
+                            host if port in (80, 443) else f"{host}:{port}",
+                            resource,
+                            extra_headers=extra_headers or [],
+                            message_queue_size=4,
+                            max_message_size=WS_MAX_MESSAGE,
+                            receive_buffer_size=WS_RECEIVE_BUFFER,
+                        )
+                except trio.TooSlowError:
+                    raise TimeoutError(f"{url}: no answer within {dial_timeout:g} s") from None
+                try:
+                    yield connection
+                finally:
+                    with trio.move_on_after(_CLOSE_TIMEOUT, shield=True):
+                        await connection.aclose()
+                    nursery.cancel_scope.cancel()
+    except trio_websocket.ConnectionRejected as exc:  # raised by the connection's reader task
+        raise _rejected(exc) from None
+    finally:
+        await trio.aclose_forcefully(stream)
+
+
+def _rejected(exc: trio_websocket.ConnectionRejected) -> UpgradeRejected:
+    return UpgradeRejected(exc.status_code or 0, list(exc.headers or []), bytes(exc.body or b""))
+
+
 @asynccontextmanager
 async def open_transport(
     url: str,
     *,
     ssl_context: ssl.SSLContext | None = None,
     extra_headers: list[tuple[bytes, bytes]] | None = None,
+    dial_timeout: float = DIAL_TIMEOUT,
 ) -> AsyncIterator[trio.abc.Stream]:
     """Dial `tcp://host:port`, `tls://host:port`, `ws://...` or `wss://...`; close on exit.
 
     WebSocket URLs may carry a path; `extra_headers` go on the upgrade request (credentials go
     here, never in the URL). A `tcp://` or `tls://` URL with a path is a raw link: the upgrade
-    handshake of `devyard.core.upgrade` first (`UpgradeRejected` on a refusal), then bare
-    frames; without a path the stream is bare from the start.
+    handshake of `devyard.core.upgrade` first, then bare frames; without a path the stream is
+    bare from the start. A refused upgrade is `UpgradeRejected` for both kinds.
+
+    Connecting and the upgrade together take at most *dial_timeout* seconds, else
+    `TimeoutError`: a server that accepts TCP and never answers does not hang the caller.
+    (The bound is a parameter, not the caller's cancel scope, because the WebSocket's entry
+    opens a nursery, which a scope around ``__aenter__`` alone may not contain.)
     """
     parts = urlsplit(url)
     scheme = parts.scheme
@@ -185,18 +278,18 @@ async def open_transport(
     if scheme in ("tcp", "tls"):
         if parts.port is None:
             raise ValueError(f"no port in transport URL {url!r}")
-        stream: trio.abc.Stream
-        if scheme == "tcp":
-            stream = await trio.open_tcp_stream(host, parts.port)
-        else:
-            stream = await trio.open_ssl_over_tcp_stream(
-                host, parts.port, ssl_context=ssl_context or ssl.create_default_context()
-            )
+        target = parts.path + (f"?{parts.query}" if parts.query else "")
         try:
-            if parts.path not in ("", "/"):
-                target = parts.path + (f"?{parts.query}" if parts.query else "")
-                netloc = host if parts.port is None else f"{host}:{parts.port}"
-                stream = await dial_upgrade(stream, host=netloc, path=target, headers=extra_headers)
+            with trio.fail_after(dial_timeout):
+                tls = None
+                if scheme == "tls":
+                    tls = ssl_context or ssl.create_default_context()
+                stream = await _dial_raw(
+                    host, parts.port, target, tls=tls, extra_headers=extra_headers
+                )
+        except trio.TooSlowError:
+            raise TimeoutError(f"{url}: no answer within {dial_timeout:g} s") from None
+        try:
             yield stream
         finally:
             await trio.aclose_forcefully(stream)
@@ -204,14 +297,7 @@ async def open_transport(
         context = ssl_context if scheme == "wss" else None
         if scheme == "wss" and context is None:
             context = ssl.create_default_context()
-        async with trio_websocket.open_websocket_url(
-            url,
-            ssl_context=context,
-            extra_headers=extra_headers or [],
-            message_queue_size=4,
-            max_message_size=WS_MAX_MESSAGE,
-            receive_buffer_size=WS_RECEIVE_BUFFER,
-        ) as connection:
+        async with _open_websocket(url, context, extra_headers, dial_timeout) as connection:
             yield WebSocketStream(connection)
     else:
         raise ValueError(f"unsupported transport scheme {scheme!r} in {url!r}")

@@ -5,6 +5,11 @@ Each instance runs a device (`open_device`) in the supervisor's own nursery with
 queued as an ``instance_event`` message in the outbox, which the link drains whenever it is up:
 a short link outage loses neither instances nor events. The outbox is bounded by capacity (at
 most two events per instance) and instances by ``capacity``.
+
+The supervisor never sees the link: it reaches the edge only through the `EgressDialer` it is
+given (which raises `LinkDown` while there is no link), and each order runs on the driver that
+serves its platform (``drivers``). Whatever one instance raises ends that instance only: it is
+logged once and reported as ``terminated`` with the reason; the other instances keep running.
 """
 
 from __future__ import annotations
@@ -12,16 +17,16 @@ from __future__ import annotations
 import logging
 import shutil
 from collections import deque
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
 import attrs
 import trio
 
-from ..core import MuxError, OpenError, Session, request_open
+from ..core import OpenError
 from ..core.selectors import parse_selectors
-from .drivers import AndroidDevice, DeviceDriver, DeviceError, DeviceSpec, Platform, open_device
-from .drivers.emulator import EmulatorConfig
+from .drivers import AndroidDevice, DeviceDriver, DeviceError, DeviceSpec, DriverOpener, Platform
 from .egress import EgressProxy
 from .initial_assets import forced_app, install_initial_assets, keep_in_foreground
 from .netdial import DeviceNetwork, assign
@@ -29,11 +34,24 @@ from .netpolicy import NetPolicy
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ATTACH_TIMEOUT_S", "Supervisor"]
+__all__ = ["ATTACH_TIMEOUT_S", "EgressDialer", "LinkDown", "Supervisor"]
 
 #: Spec 4.1: an instance on a tunnel that does not attach within 30 s fails.
 ATTACH_TIMEOUT_S: Final = 30.0
 _ATTACH_RETRY_S: Final = 0.5
+
+
+class LinkDown(ConnectionError):
+    """The host has no working link to the server right now (an `EgressDialer` raises it).
+
+    A ConnectionError, so code that treats a failed dial as a network failure (the egress
+    proxy answers 502) does so here too.
+    """
+
+
+#: Opens an ``egress`` stream to the edge for an instance (docs/protocol.md 6) with the open
+#: request's extra *fields*; raises `LinkDown` without a link, `OpenError` when refused.
+EgressDialer = Callable[[str, dict[str, Any]], Awaitable[trio.abc.Stream]]
 
 
 @attrs.define
@@ -52,20 +70,19 @@ class Supervisor:
         data_dir: Path,
         *,
         capacity: int,
-        driver: str = "virtual",
-        emulator: EmulatorConfig | None = None,
+        drivers: Mapping[Platform, DriverOpener],
+        egress: EgressDialer,
         net_policy: NetPolicy | None = None,
         server_url: str | None = None,
     ) -> None:
         self._nursery = nursery
         self.instances_dir = data_dir / "instances"
         self.capacity = capacity
-        self.driver = driver
-        self.emulator = emulator
+        self.drivers = dict(drivers)
+        self._egress = egress
         self._instances: dict[str, _Instance] = {}
         self._outbox: deque[dict[str, Any]] = deque()
         self._outbox_changed = trio.Event()
-        self.link: Session | None = None  # the link's session while it is up (the daemon sets it)
         self.attach_timeout = ATTACH_TIMEOUT_S
         self.net_policy = NetPolicy() if net_policy is None else net_policy  # netpolicy.py
         self._asset_origins = () if server_url is None else (server_url,)  # it signs asset URLs
@@ -112,11 +129,20 @@ class Supervisor:
         except ValueError as exc:
             self._emit(instance_id, "terminated", f"bad order: {exc}")
             return
+        opener = self.drivers.get(spec.platform)
+        if opener is None:
+            served = ", ".join(sorted(self.drivers)) or "none"
+            self._emit(
+                instance_id,
+                "terminated",
+                f"this host runs no {spec.platform} devices (platforms served: {served})",
+            )
+            return
         instance = _Instance(instance_id)
         self._instances[instance_id] = instance
         assets = list(order.get("initial_assets") or [])
         tunnel = order.get("tunnel") if isinstance(order.get("tunnel"), dict) else None
-        self._nursery.start_soon(self._run, instance, spec, assets, tunnel)
+        self._nursery.start_soon(self._run, instance, spec, opener, assets, tunnel)
 
     def stop(self, instance_id: str) -> None:
         instance = self._instances.get(instance_id)
@@ -137,24 +163,6 @@ class Supervisor:
 
     # ---- tunnels ----------------------------------------------------------------------------
 
-    async def _open_egress(self, instance_id: str, **fields: Any) -> trio.abc.Stream:
-        """An ``egress`` stream to the edge for *instance_id* (docs/protocol.md 6)."""
-        session = self.link
-        if session is None:
-            raise OSError("the host's link to the server is down")
-        try:
-            stream = await session.open_stream()
-        except (MuxError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            raise OSError(f"the host's link to the server: {exc}") from exc
-        try:
-            await request_open(stream, "egress", instance_id=instance_id, **fields)
-        except BaseException as exc:
-            await trio.aclose_forcefully(stream)
-            if isinstance(exc, MuxError | trio.BrokenResourceError | trio.ClosedResourceError):
-                raise OSError(f"the host's link to the server: {exc}") from exc
-            raise
-        return stream
-
     async def _attach(
         self,
         instance_id: str,
@@ -170,8 +178,8 @@ class Supervisor:
         with trio.move_on_after(self.attach_timeout) as scope:
             while True:
                 try:
-                    probe = await self._open_egress(instance_id, probe=True)
-                except (OpenError, OSError) as exc:
+                    probe = await self._egress(instance_id, {"probe": True})
+                except (OpenError, LinkDown) as exc:
                     last = str(exc)
                     await trio.sleep(_ATTACH_RETRY_S)
                     continue
@@ -184,7 +192,7 @@ class Supervisor:
 
         async def dial(host: str, port: int) -> trio.abc.Stream:
             dest = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-            return await self._open_egress(instance_id, dest=dest, selector_version=version)
+            return await self._egress(instance_id, {"dest": dest, "selector_version": version})
 
         selectors = parse_selectors(str(s) for s in tunnel.get("selectors", []))
         proxy = EgressProxy(instance_id, selectors, dial, policy=self.net_policy)
@@ -229,15 +237,13 @@ class Supervisor:
         self,
         instance: _Instance,
         spec: DeviceSpec,
+        opener: DriverOpener,
         assets: list[dict[str, Any]],
         tunnel: dict[str, Any] | None,
     ) -> None:
         error: str | None = None
         try:
-            async with (
-                open_device(spec, self.driver, emulator=self.emulator) as device,
-                trio.open_nursery() as network,
-            ):
+            async with opener(spec) as device, trio.open_nursery() as network:
                 assign(device, DeviceNetwork(self.net_policy))
                 if tunnel is not None:  # attached first: initial apps may need the network
                     await self._attach(instance.instance_id, device, tunnel, network)
@@ -256,6 +262,10 @@ class Supervisor:
         except* DeviceError as group:  # from the device, or its network nursery
             error = "; ".join(str(exc) for exc in group.exceptions)
             log.warning("instance %s failed: %s", instance.instance_id, error)
+        except* Exception as group:  # a bug in a driver or the proxy: this instance only
+            causes = "; ".join(f"{type(exc).__name__}: {exc}" for exc in group.exceptions)
+            error = "; ".join(filter(None, [error, f"internal error on the host ({causes})"]))
+            log.error("instance %s crashed", instance.instance_id, exc_info=group)
         finally:
             del self._instances[instance.instance_id]  # _emit below wakes wait_idle
             with trio.CancelScope(shield=True):  # the driver removes it; make sure

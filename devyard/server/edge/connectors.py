@@ -53,7 +53,7 @@ from ...core import (
     request_open,
 )
 from ...core.link import PROTO
-from ...core.selectors import Selector, SelectorError, matches, parse_dest, parse_selectors
+from ...core.selectors import SelectorError, SelectorHistory, parse_dest, parse_selectors
 from ..store.base import Tunnel
 from ..store.rows import utc_now
 from ..tunnels import (
@@ -84,7 +84,6 @@ DEFAULT_MAX_CONNECTORS: Final = 8
 _CLOSE_GRACE: Final = 2.0
 _SEND_BOUND: Final = 5.0  # seconds a connector gets to take a config or promote message
 _DAY: Final = 86400.0
-_KEPT_VERSIONS: Final = 16
 _GO_AWAY: Final = {
     EndReason.ROTATED: GoAwayCode.TOKEN_ROTATED,
     EndReason.REVOKED: GoAwayCode.TOKEN_REVOKED,
@@ -133,22 +132,16 @@ class _Tunnel:
     active: _Connector | None = None
     standbys: list[_Connector] = attrs.field(factory=list)
     cleanup: trio.CancelScope | None = None
-    # Selector versions seen while the tunnel was held here, newest last (bounded): an
-    # instance attached with an older version keeps it (spec 4.6 rule 3).
-    versions: dict[int, tuple[Selector, ...]] = attrs.field(factory=dict)
+    # Selector versions seen while the tunnel was held here: an instance attached with an
+    # older version keeps it (spec 4.6 rule 3).
+    selectors: SelectorHistory = attrs.field(factory=SelectorHistory)
 
     def __attrs_post_init__(self) -> None:
         self.learn(self.tunnel)
 
     def learn(self, tunnel: Tunnel) -> None:
         self.tunnel = tunnel
-        self.versions[tunnel.selector_version] = parse_selectors(tunnel.selectors)
-        while len(self.versions) > _KEPT_VERSIONS:
-            del self.versions[min(self.versions)]
-
-    def admits(self, version: int, host: str, port: int) -> bool:
-        selectors = self.versions.get(version, self.versions[self.tunnel.selector_version])
-        return matches(selectors, host, port)
+        self.selectors.learn(tunnel.selector_version, parse_selectors(tunnel.selectors))
 
     def connectors(self) -> list[_Connector]:
         return ([self.active] if self.active is not None else []) + list(self.standbys)
@@ -238,7 +231,7 @@ class ConnectorHub:
         except SelectorError as exc:
             raise TunnelDialError("bad-request", str(exc)) from None
         version = entry.tunnel.selector_version if selector_version is None else selector_version
-        if not entry.admits(version, host, port):
+        if not entry.selectors.admits(version, host, port):
             raise TunnelDialError("forbidden", f"{dest} is outside the tunnel's selectors")
         stream = await self._open(entry)
         try:
