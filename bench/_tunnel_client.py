@@ -4,7 +4,9 @@ It speaks the Go sink's protocol (bench/goyamux mode `sink`): a connection whose
 `B` gets bulk data until the client closes; any other first byte is echoed and the sink closes.
 With `via` set, every connection first asks an HTTP proxy for `CONNECT via` and waits for its
 `200` (hostd's egress proxy); without it the client talks to the entry directly (the sink, or
-the `ssh -L` listener).
+the `ssh -L` listener). A `via` of the form `USER:PASSWORD@HOST:PORT` sends those proxy
+credentials (each tunnel-attached instance's proxy has its own; a device reads them with
+`getprop devyard.proxy`).
 
 The client is Python rather than the Go load client of `bench mux` because that one cannot
 speak CONNECT. Receiving with `recv_into` into one 256 KiB buffer releases the GIL for the
@@ -14,11 +16,13 @@ run).
 
 from __future__ import annotations
 
+import base64
 import socket
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Final
+from urllib.parse import unquote
 
 IO_BUFFER: Final = 256 << 10
 CONNECT_TIMEOUT: Final = 10.0
@@ -26,6 +30,16 @@ CONNECT_TIMEOUT: Final = 10.0
 
 class ProxyRefused(ConnectionError):
     """The proxy answered CONNECT with something other than 200."""
+
+
+def connect_request(via: str) -> bytes:
+    """``CONNECT`` for *via* (``[USER:PASSWORD@]HOST:PORT``), with Basic proxy credentials."""
+    credentials, _, target = via.rpartition("@")
+    auth = ""
+    if credentials:
+        token = base64.b64encode(unquote(credentials).encode()).decode()
+        auth = f"Proxy-Authorization: Basic {token}\r\n"
+    return f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n{auth}\r\n".encode()
 
 
 def open_conn(
@@ -38,7 +52,7 @@ def open_conn(
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if via is None:
             return sock, b""
-        sock.sendall(f"CONNECT {via} HTTP/1.1\r\nHost: {via}\r\n\r\n".encode())
+        sock.sendall(connect_request(via))
         data = b""
         while b"\r\n\r\n" not in data:
             chunk = sock.recv(65536)

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 import httpx
 import trio
@@ -118,6 +119,7 @@ class Rig:
         self.url = ""
         self.token_file = workdir / "tunnel-token"
         self.pids: dict[str, int] = {}
+        self.proxy_credentials = ""  # USER:PASSWORD of the instance's proxy (percent-encoded)
 
     async def start(self, sink: tuple[str, int]) -> tuple[str, int]:
         """Server, hostd, the tunnel, two connectors, the instance; returns the proxy address."""
@@ -265,13 +267,14 @@ class Rig:
             headers={"Authorization": f"Bearer {status['token']}"}, timeout=60
         ) as client:
             response = await client.post(
-                status["apiUrl"] + "/shell", json={"command": "settings get global http_proxy"}
+                status["apiUrl"] + "/shell", json={"command": "getprop devyard.proxy"}
             )
-        proxy = str(response.json().get("stdout", "")).strip()
-        host, _, port = proxy.rpartition(":")
-        if response.status_code != 200 or not port.isdigit():
-            raise BenchError(f"no egress proxy in the device's http_proxy: {response.text}")
-        return host, int(port)
+        # http://USER:PASSWORD@HOST:PORT: the instance's own proxy and its credentials
+        proxy = urlsplit(str(response.json().get("stdout", "")).strip())
+        if response.status_code != 200 or proxy.hostname is None or proxy.port is None:
+            raise BenchError(f"no egress proxy in the device's devyard.proxy: {response.text}")
+        self.proxy_credentials = proxy.netloc.rpartition("@")[0]
+        return proxy.hostname, proxy.port
 
 
 async def _measure(
@@ -375,6 +378,7 @@ async def run(settings: Settings) -> Run:
             rig = Rig(stack, logdir, workdir, raw=settings.link == "raw")
             print("# starting server, hostd, two connectors, the instance", file=sys.stderr)
             proxy = await rig.start(sink)
+            via = f"{rig.proxy_credentials}@{via}"  # the tunnel's proxy wants its credentials
             entries["tunnel"] = (proxy, via)
             out.results = {name: PathResult(name) for name in PATHS if name in entries}
             active, _ = await rig.roles()

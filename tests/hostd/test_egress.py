@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import base64
 import struct
+from base64 import b64encode
 from collections.abc import AsyncIterator
 from functools import partial
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 import trio
@@ -125,6 +127,43 @@ async def test_matching_destinations_go_through_the_tunnel(
     status, _, err = await _sh(device, "curl -sS http://private.corp:8080/")
     assert status == 56
     assert b"Received HTTP code 403 from proxy after CONNECT" in err
+
+
+async def test_a_device_reads_only_its_own_proxy_and_the_credentials_open_it(
+    device: VirtualDevice, nursery: trio.Nursery
+) -> None:
+    """``getprop devyard.proxy`` is how an app on the device (or the tunnel bench) finds its
+    proxy: this device's proxy with this device's credentials, which open it; without them
+    the proxy answers 407."""
+    status, out, _ = await _sh(device, "getprop devyard.proxy")
+    assert (status, out) == (0, b"\n")  # no tunnel, no proxy
+    tunnel = Tunnel(await _serve(nursery, b"private"))
+    proxy = EgressProxy("egress", parse_selectors(["private.corp:8080"]), tunnel, policy=POLICY)
+    port = await nursery.start(proxy.serve)
+    assign(device, DeviceNetwork(POLICY, proxy.endpoint))
+    status, out, _ = await _sh(device, "getprop devyard.proxy")
+    url = urlsplit(out.decode().strip())
+    assert (status, url.hostname, url.port) == (0, "127.0.0.1", port)
+    assert (url.username, url.password) == (
+        proxy.endpoint.credentials.username,
+        proxy.endpoint.credentials.password,
+    )
+    assert b"devyard.proxy" in (await _sh(device, "getprop"))[1]  # listed with the rest
+
+    async def connect(auth: str | None) -> bytes:
+        stream = await trio.open_tcp_stream("127.0.0.1", port)
+        async with stream:
+            head = "CONNECT private.corp:8080 HTTP/1.1\r\nHost: private.corp:8080\r\n"
+            if auth is not None:
+                head += f"Proxy-Authorization: Basic {b64encode(auth.encode()).decode()}\r\n"
+            await stream.send_all((head + "\r\n").encode())
+            with trio.fail_after(10):
+                return await stream.receive_some(4096)
+
+    assert (await connect(None)).startswith(b"HTTP/1.1 407")
+    assert (await connect(f"{url.username}:wrong")).startswith(b"HTTP/1.1 407")
+    assert (await connect(f"{url.username}:{url.password}")).startswith(b"HTTP/1.1 200")
+    assert tunnel.dials == [("private.corp", 8080)]
 
 
 async def test_curl_without_a_proxy_and_its_errors(

@@ -21,6 +21,7 @@ from PIL import Image
 
 from ..drivers._errors import AppNotFoundError, DeviceFileError, InstallError
 from ..drivers.base import Key, LogLevel, TouchAction
+from ..netdial import network_of
 from .interpreter import (
     SPECIAL_FILES,
     CommandIO,
@@ -60,9 +61,18 @@ _INPUT_SOURCES: Final = frozenset(
 _install_ids = itertools.count(1)
 
 
+#: The device's own egress proxy with its credentials (tunnel-attached instances only): what
+#: an app on this device uses to reach its tunnel. Read-only, and only this device's: the
+#: credentials open no other instance's proxy (netdial.py).
+PROXY_PROPERTY: Final = "devyard.proxy"
+
+
 @command("getprop")
 async def _getprop(sh: Interpreter, argv: Sequence[str], io: CommandIO) -> int:
-    props = sh.device.properties()
+    props = dict(sh.device.properties())
+    own = network_of(sh.device).proxy
+    if own is not None:
+        props[PROXY_PROPERTY] = own.url
     if len(argv) == 1:
         await io.out("".join(f"[{k}]: [{v}]\n" for k, v in sorted(props.items())))
     else:
