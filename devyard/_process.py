@@ -18,8 +18,17 @@ from typing import Final, TextIO, TypeVar
 import attrs
 import trio
 
-__all__ = ["LOG_FORMAT", "LOG_LEVELS", "Stopped", "run_until_signalled", "setup_logging"]
+__all__ = [
+    "EXIT_INTERRUPTED",
+    "LOG_FORMAT",
+    "LOG_LEVELS",
+    "Stopped",
+    "run_until_signalled",
+    "setup_logging",
+]
 
+#: The exit code of a daemon stopped by a second signal (128 + SIGINT, as shells report it).
+EXIT_INTERRUPTED: Final = 130
 LOG_FORMAT: Final = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 #: The ``--log-level`` choices of every command.
 LOG_LEVELS: Final = ("debug", "info", "warning", "error")

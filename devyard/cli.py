@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -79,11 +78,9 @@ def _server_config(
 
 
 def _configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper()),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    from ._process import setup_logging  # noqa: PLC0415
+
+    setup_logging(level)
 
 
 def _run_server_command(args: argparse.Namespace, env: Mapping[str, str]) -> int:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -38,6 +37,7 @@ def _parse_network(text: str) -> str:
 def _run_hostd(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     import trio  # noqa: PLC0415
 
+    from .._process import setup_logging  # noqa: PLC0415
     from .daemon import HostdConfig, run_hostd  # noqa: PLC0415
     from .netpolicy import NetPolicy, parse_networks  # noqa: PLC0415
 
@@ -49,26 +49,27 @@ def _run_hostd(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     from .drivers import InvalidSpecError, drivers_by_name  # noqa: PLC0415
     from .drivers.emulator import EmulatorConfig  # noqa: PLC0415
 
-    drivers = tuple(d.strip() for d in args.drivers.split(",") if d.strip())
-    if len(drivers) != 1 or drivers[0] not in drivers_by_name():
+    drivers = tuple(dict.fromkeys(d.strip() for d in args.drivers.split(",") if d.strip()))
+    unknown = [d for d in drivers if d not in drivers_by_name()]
+    if not drivers or unknown:
         known = ", ".join(sorted(drivers_by_name()))
-        print(f"devyard hostd: error: --drivers takes one driver of: {known}", file=sys.stderr)
+        print(
+            f"devyard hostd: error: --drivers takes a comma-separated list of: {known}"
+            + (f" (unknown: {', '.join(unknown)})" if unknown else ""),
+            file=sys.stderr,
+        )
         return 2
     if args.capacity < 1:
         print("devyard hostd: error: --capacity must be at least 1", file=sys.stderr)
         return 2
     emulator = None
-    if drivers[0] == "android-emulator":
+    if "android-emulator" in drivers:
         try:  # the environment is read here, at the edge, and handed down
             emulator = EmulatorConfig.from_env(env)
         except InvalidSpecError as exc:
             print(f"devyard hostd: error: {exc}", file=sys.stderr)
             return 2
-    logging.basicConfig(
-        level=getattr(logging, args.log_level.upper()),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    setup_logging(args.log_level)
     config = HostdConfig(
         server_url=args.server,
         token=token,
@@ -103,7 +104,12 @@ def add_commands(sub: Sub) -> None:
     )
     hostd.add_argument("--region", required=True, metavar="NAME", help="this host's region")
     hostd.add_argument("--capacity", type=int, default=4, help="instances at once (default 4)")
-    hostd.add_argument("--drivers", default="virtual", help="virtual (default) or android-emulator")
+    hostd.add_argument(
+        "--drivers",
+        default="virtual",
+        help="the device drivers this host runs, comma-separated: virtual (default), "
+        "android-emulator; each order runs on the driver for its platform",
+    )
     hostd.add_argument(
         "--data-dir", default=DEFAULT_HOSTD_DATA_DIR, metavar="DIR", help="instance sandboxes"
     )

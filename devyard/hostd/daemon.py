@@ -26,7 +26,7 @@ import attrs
 import trio
 
 from .. import __version__
-from .._process import Stopped, run_until_signalled
+from .._process import EXIT_INTERRUPTED, Stopped, run_until_signalled
 from ..core import Backoff, ControlChannel, MuxError, Session, request_open
 from ..core.link import (
     HOST_PATH,
@@ -60,7 +60,6 @@ __all__ = [
 
 HOST_CONNECTIONS_PATH: Final = HOST_PATH
 EXIT_PERMANENT: Final = 3
-EXIT_INTERRUPTED: Final = 130
 _STOP_GRACE: Final = 10.0
 _SAY_GRACE: Final = 2.0
 _PLATFORMS_BY_DRIVER: Final = {

@@ -13,7 +13,6 @@ it is never logged.
 from __future__ import annotations
 
 import logging
-import signal
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -23,6 +22,7 @@ from urllib.parse import urlsplit
 
 import trio
 
+from .._process import EXIT_INTERRUPTED, Stopped, run_until_signalled
 from ..core.link import CONNECTOR_PATH, HOST_PATH
 from ..core.transports import is_loopback_host
 from .bootstrap import FirstStart, bootstrap_organization, first_start
@@ -172,19 +172,6 @@ async def _serve(
         nursery.cancel_scope.cancel()
 
 
-async def _watch_signals(
-    receiver: AsyncIterator[int], shutdown: trio.Event, cancel_scope: trio.CancelScope
-) -> None:
-    async for signum in receiver:
-        name = signal.Signals(signum).name
-        if shutdown.is_set():
-            log.warning("%s again: stopping now", name)
-            cancel_scope.cancel()
-            return
-        log.info("%s: shutting down (in-flight requests get a grace period)", name)
-        shutdown.set()
-
-
 def _link_tls(config: ServerConfig) -> ssl.SSLContext | None:
     if config.link_tls_cert is None or config.link_tls_key is None:
         return None
@@ -251,23 +238,26 @@ Companion = Callable[["BoundServer", trio.Event], Awaitable[None]]
 async def run_server(
     config: ServerConfig, *, out: TextIO, bootstrap: bool, companion: Companion | None = None
 ) -> int:
-    """``devyard server`` (``bootstrap=False``) and ``devyard up`` (``bootstrap=True``)."""
-    shutdown = trio.Event()
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as receiver:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_watch_signals, receiver, shutdown, nursery.cancel_scope)
-            async with open_configured_store(config) as store:
-                first = await first_start(store, config.admin_key_path) if bootstrap else None
-                async with trio.open_nursery() as serving:
-                    bound: BoundServer = await serving.start(
-                        partial(_serve, store, config, shutdown.wait)
-                    )
-                    _banner(out, bound, config, first)
-                    if companion is not None:
-                        serving.start_soon(companion, bound, shutdown)
-            # The API returned: a graceful shutdown is complete. Stop watching signals.
-            nursery.cancel_scope.cancel()
-    return 0
+    """``devyard server`` (``bootstrap=False``) and ``devyard up`` (``bootstrap=True``): the
+    first SIGINT/SIGTERM shuts down gracefully (in-flight requests get ``shutdown_grace``), a
+    second stops at once (exit 130)."""
+
+    async def serve(shutdown: trio.Event) -> None:
+        async with open_configured_store(config) as store:
+            first = await first_start(store, config.admin_key_path) if bootstrap else None
+            async with trio.open_nursery() as serving:
+                bound: BoundServer = await serving.start(
+                    partial(_serve, store, config, shutdown.wait)
+                )
+                _banner(out, bound, config, first)
+                if companion is not None:
+                    serving.start_soon(companion, bound, shutdown)
+        # The API returned: a graceful shutdown is complete.
+
+    outcome = await run_until_signalled(
+        serve, graceful="shutting down (in-flight requests get a grace period)"
+    )
+    return EXIT_INTERRUPTED if isinstance(outcome, Stopped) else 0
 
 
 async def run_admin_bootstrap(

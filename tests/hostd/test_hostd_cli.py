@@ -103,3 +103,21 @@ async def test_cli_hostd_refuses_a_bad_allow_network(tmp_path: Path) -> None:
         result = await run(argv, clean_env(), tmp_path)
     assert result.returncode == 2
     assert b"'10.0.0.0/33' is not an address or a CIDR network" in result.stderr
+
+
+async def test_cli_hostd_takes_several_drivers_and_names_an_unknown_one(tmp_path: Path) -> None:
+    """``--drivers virtual,android-emulator`` is one host running both (each order on the
+    driver for its platform): the list is accepted and the emulator's config is loaded for
+    it; an unknown name is refused by name."""
+    (tmp_path / "token").write_text("dyh_whatever\n")
+    base = ["hostd", "--server", "http://127.0.0.1:9", "--token-file", str(tmp_path / "token"),
+            "--region", "eu", "--drivers"]  # fmt: skip
+    with trio.fail_after(60):
+        unknown = await run([*base, "virtual,nosuch"], clean_env(), tmp_path)
+    assert unknown.returncode == 2
+    assert b"(unknown: nosuch)" in unknown.stderr
+    env = clean_env(DEVYARD_EMULATOR_ATTACH="nohost")
+    with trio.fail_after(60):
+        both = await run([*base, "virtual,android-emulator"], env, tmp_path)
+    assert both.returncode == 2, both.stderr  # got as far as the emulator's own config
+    assert b"bad adbd address 'nohost'" in both.stderr
