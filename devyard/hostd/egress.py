@@ -4,8 +4,10 @@ Each instance on a tunnel gets its own `EgressProxy` (docs/tunnels.md "Egress"),
 random credentials (`Credentials`): only that instance's device configuration holds them, so
 another device on the host that finds the port (it is on the host's loopback) is answered 407
 (HTTP) or has its SOCKS authentication refused, and gets no connection. The device's network is
-pointed at it (Android: the global ``http_proxy`` setting, with the credentials in the device's
-`DeviceNetwork`; an emulator: ``-http-proxy http://user:password@10.0.2.2:PORT``).
+pointed at it (the virtual Android: the global ``http_proxy`` setting, with the credentials in
+the device's `DeviceNetwork`; an emulator, which the supervisor opens after starting the proxy:
+``http_proxy=http://user:password@127.0.0.1:PORT`` in the emulator process's environment, the
+emulator dialing from the host; `DeviceSpec.http_proxy`).
 
 A destination that matches the tunnel's selectors goes through the tunnel (an ``egress``
 stream to the edge, relayed to the connector, docs/protocol.md 6), and is dialled on the

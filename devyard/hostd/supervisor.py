@@ -10,6 +10,12 @@ The supervisor never sees the link: it reaches the edge only through the `Egress
 given (which raises `LinkDown` while there is no link), and each order runs on the driver that
 serves its platform (``drivers``). Whatever one instance raises ends that instance only: it is
 logged once and reported as ``terminated`` with the reason; the other instances keep running.
+
+A tunnel-attached instance's egress proxy (egress.py) starts before its device opens and stops
+after it closes: the driver gets it, credentials included, in `DeviceSpec.http_proxy` (an
+emulator launches through it). Once the tunnel answers a probe, the device's `DeviceNetwork`
+names it, and a device whose network commands run on the host (the virtual device, not a
+`GuestNetworkDevice`) gets it in its ``http_proxy`` setting.
 """
 
 from __future__ import annotations
@@ -26,7 +32,15 @@ import trio
 
 from ..core import OpenError
 from ..core.selectors import parse_selectors
-from .drivers import AndroidDevice, DeviceDriver, DeviceError, DeviceSpec, DriverOpener, Platform
+from .drivers import (
+    AndroidDevice,
+    DeviceDriver,
+    DeviceError,
+    DeviceSpec,
+    DriverOpener,
+    GuestNetworkDevice,
+    Platform,
+)
 from .egress import EgressProxy
 from .initial_assets import forced_app, install_initial_assets, keep_in_foreground
 from .netdial import DeviceNetwork, assign
@@ -52,6 +66,14 @@ class LinkDown(ConnectionError):
 #: Opens an ``egress`` stream to the edge for an instance (docs/protocol.md 6) with the open
 #: request's extra *fields*; raises `LinkDown` without a link, `OpenError` when refused.
 EgressDialer = Callable[[str, dict[str, Any]], Awaitable[trio.abc.Stream]]
+
+
+def _leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:
+    """The exceptions in *group* and its nested groups (each nursery adds a level)."""
+    leaves: list[BaseException] = []
+    for exc in group.exceptions:
+        leaves.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return leaves
 
 
 @attrs.define
@@ -163,17 +185,24 @@ class Supervisor:
 
     # ---- tunnels ----------------------------------------------------------------------------
 
-    async def _attach(
-        self,
-        instance_id: str,
-        device: DeviceDriver,
-        tunnel: dict[str, Any],
-        nursery: trio.Nursery,
-    ) -> None:
-        """Probe through the tunnel until it answers (or fail the instance), then start the
-        instance's egress proxy and point the device's network at it."""
-        name = str(tunnel.get("name"))
+    def _proxy(self, instance_id: str, tunnel: dict[str, Any]) -> EgressProxy:
+        """The instance's egress proxy (with fresh credentials) for *tunnel*'s selectors."""
         version = tunnel.get("selector_version")
+
+        async def dial(host: str, port: int) -> trio.abc.Stream:
+            dest = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            return await self._egress(instance_id, {"dest": dest, "selector_version": version})
+
+        selectors = parse_selectors(str(s) for s in tunnel.get("selectors", []))
+        return EgressProxy(instance_id, selectors, dial, policy=self.net_policy)
+
+    async def _attach(
+        self, instance_id: str, device: DeviceDriver, tunnel: dict[str, Any], proxy: EgressProxy
+    ) -> None:
+        """Probe through the tunnel until it answers (or fail the instance), then point the
+        device's network at the instance's proxy (already serving: the device was opened with
+        it in its spec)."""
+        name = str(tunnel.get("name"))
         last = "no answer"
         with trio.move_on_after(self.attach_timeout) as scope:
             while True:
@@ -189,18 +218,13 @@ class Supervisor:
             raise DeviceError(
                 f"tunnel {name!r} did not attach within {self.attach_timeout:g} s ({last})"
             )
-
-        async def dial(host: str, port: int) -> trio.abc.Stream:
-            dest = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-            return await self._egress(instance_id, {"dest": dest, "selector_version": version})
-
-        selectors = parse_selectors(str(s) for s in tunnel.get("selectors", []))
-        proxy = EgressProxy(instance_id, selectors, dial, policy=self.net_policy)
-        port = await nursery.start(proxy.serve)
         assign(device, DeviceNetwork(self.net_policy, proxy.endpoint))  # with its credentials
-        if isinstance(device, AndroidDevice):
-            await device.settings_put("global", "http_proxy", f"127.0.0.1:{port}")
-        log.info("instance %s attached to tunnel %s (proxy port %d)", instance_id, name, port)
+        guest = isinstance(device, GuestNetworkDevice) and device.guest_network
+        if isinstance(device, AndroidDevice) and not guest:
+            # The virtual device's network commands run on the host: the host's loopback is
+            # theirs. An emulator's guest has its own, and its driver was given the proxy.
+            await device.settings_put("global", "http_proxy", f"127.0.0.1:{proxy.port}")
+        log.info("instance %s attached to tunnel %s (proxy port %d)", instance_id, name, proxy.port)
 
     # ---- the outbox the link drains -------------------------------------------------------
 
@@ -243,27 +267,34 @@ class Supervisor:
     ) -> None:
         error: str | None = None
         try:
-            async with opener(spec) as device, trio.open_nursery() as network:
-                assign(device, DeviceNetwork(self.net_policy))
-                if tunnel is not None:  # attached first: initial apps may need the network
-                    await self._attach(instance.instance_id, device, tunnel, network)
-                workdir = spec.sandbox_dir / "initial-assets"
-                await install_initial_assets(
-                    device, assets, workdir, policy=self.net_policy, trusted=self._asset_origins
-                )
-                forced = forced_app(assets)
-                if forced is not None:
-                    network.start_soon(keep_in_foreground, device, forced)
-                instance.device = device
-                log.info("instance %s ready (%s)", instance.instance_id, spec.platform)
-                self._emit(instance.instance_id, "ready", None)
-                await instance.stop.wait()
-                network.cancel_scope.cancel()
-        except* DeviceError as group:  # from the device, or its network nursery
-            error = "; ".join(str(exc) for exc in group.exceptions)
+            async with trio.open_nursery() as network:
+                proxy = None
+                if tunnel is not None:  # serving before the device opens: its driver may need it
+                    proxy = self._proxy(instance.instance_id, tunnel)
+                    await network.start(proxy.serve)
+                    spec = attrs.evolve(spec, http_proxy=proxy.endpoint.url)
+                async with opener(spec) as device, trio.open_nursery() as tasks:
+                    assign(device, DeviceNetwork(self.net_policy))
+                    if tunnel is not None and proxy is not None:  # first: initial apps may need it
+                        await self._attach(instance.instance_id, device, tunnel, proxy)
+                    workdir = spec.sandbox_dir / "initial-assets"
+                    await install_initial_assets(
+                        device, assets, workdir, policy=self.net_policy, trusted=self._asset_origins
+                    )
+                    forced = forced_app(assets)
+                    if forced is not None:
+                        tasks.start_soon(keep_in_foreground, device, forced)
+                    instance.device = device
+                    log.info("instance %s ready (%s)", instance.instance_id, spec.platform)
+                    self._emit(instance.instance_id, "ready", None)
+                    await instance.stop.wait()
+                    tasks.cancel_scope.cancel()
+                network.cancel_scope.cancel()  # the proxy outlives the device
+        except* DeviceError as group:  # from the device, its tasks or the proxy's nursery
+            error = "; ".join(str(exc) for exc in _leaves(group))
             log.warning("instance %s failed: %s", instance.instance_id, error)
         except* Exception as group:  # a bug in a driver or the proxy: this instance only
-            causes = "; ".join(f"{type(exc).__name__}: {exc}" for exc in group.exceptions)
+            causes = "; ".join(f"{type(exc).__name__}: {exc}" for exc in _leaves(group))
             error = "; ".join(filter(None, [error, f"internal error on the host ({causes})"]))
             log.error("instance %s crashed", instance.instance_id, exc_info=group)
         finally:

@@ -42,6 +42,7 @@ __all__ = [
     "FileEntry",
     "FileKind",
     "Frame",
+    "GuestNetworkDevice",
     "Key",
     "LogEntry",
     "LogLevel",
@@ -138,6 +139,11 @@ class DeviceSpec:
     sandbox_dir: Path
     model: str | None = None
     os_version: str | None = None
+    #: A tunnel-attached instance's egress proxy with its credentials,
+    #: ``http://USER:PASSWORD@127.0.0.1:PORT`` (hostd/egress.py; hostd starts it before it opens
+    #: the device). A driver whose device has its own network stack (`GuestNetworkDevice`)
+    #: routes that network through it; None without a tunnel. A secret: never in a repr.
+    http_proxy: str | None = attrs.field(default=None, repr=False)
 
 
 @attrs.frozen
@@ -352,4 +358,17 @@ class ShellDevice(Protocol):
     async def run_shell(self, command: str) -> ShellResult:
         """Run ``command`` (already quoted for the device's shell) to its end; the caller
         bounds its time. Output is capped by the driver (`DeviceError` past the cap)."""
+        ...
+
+
+@runtime_checkable
+class GuestNetworkDevice(Protocol):
+    """A device with a network stack of its own (an emulator's guest), as opposed to one whose
+    network commands hostd runs on the host (the virtual device). The host's ``127.0.0.1`` is
+    not the device's loopback, so hostd writes no host address into its settings; its driver
+    routes the device's traffic through `DeviceSpec.http_proxy` itself (or refuses the spec)."""
+
+    @property
+    def guest_network(self) -> bool:
+        """True: the device's traffic leaves from its own stack, not from hostd."""
         ...

@@ -5,7 +5,7 @@ launch / attach seam, `config` for the environment it reads, and docs/devices.md
 
 from .config import EmulatorConfig, Mode
 from .device import DRIVER_NAME, EmulatorDevice, open_emulator_device
-from .target import Target, emulator_argv
+from .target import Target, emulator_argv, emulator_env
 
 __all__ = [
     "DRIVER_NAME",
@@ -14,5 +14,6 @@ __all__ = [
     "Mode",
     "Target",
     "emulator_argv",
+    "emulator_env",
     "open_emulator_device",
 ]

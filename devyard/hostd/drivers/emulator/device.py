@@ -96,6 +96,10 @@ _SETTINGS_NAMESPACES: Final = frozenset({"system", "secure", "global"})
 class EmulatorDevice(ScreenMixin, InputMixin, FilesMixin):
     """One Android device driven through adb; see the module docstring."""
 
+    #: `GuestNetworkDevice`: the guest has its own network stack; a tunnel-attached instance's
+    #: proxy is given to the emulator at launch (target.emulator_env), never to its settings.
+    guest_network = True
+
     def __repr__(self) -> str:
         serial = self._target.serial if self._target else "-"
         return f"<EmulatorDevice {self._spec.instance_id} {serial} {self._state.value}>"

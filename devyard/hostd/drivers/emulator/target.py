@@ -29,7 +29,7 @@ from ..base import DeviceSpec
 from .adb import AdbCli, AdbError
 from .config import MAX_EMULATORS, EmulatorConfig, Mode
 
-__all__ = ["Target", "acquire", "attach", "emulator_argv", "launch"]
+__all__ = ["Target", "acquire", "attach", "emulator_argv", "emulator_env", "launch"]
 
 _POLL: Final = 0.5
 _STOP_GRACE: Final = 15.0
@@ -58,14 +58,23 @@ class Target:
 
 
 async def acquire(config: EmulatorConfig, adb: AdbCli, spec: DeviceSpec) -> Target:
+    """Launch or attach as ``config`` says. A spec with an ``http_proxy`` (a tunnel-attached
+    instance) needs a launch: only a launched emulator can be given its proxy's credentials."""
     if config.mode is Mode.ATTACH:
+        if spec.http_proxy is not None:
+            raise InvalidSpecError(
+                "a tunnel-attached instance needs an emulator this host launches: an attached "
+                "one (DEVYARD_EMULATOR_ATTACH) cannot be given its egress proxy's credentials"
+            )
         return await attach(config, adb)
     avd = config.avd or spec.model
     if not avd:
         raise InvalidSpecError(
             "android-emulator needs an AVD to launch: set DEVYARD_EMULATOR_AVD or the model"
         )
-    return await launch(config, adb, avd, spec.sandbox_dir / "emulator.log")
+    return await launch(
+        config, adb, avd, spec.sandbox_dir / "emulator.log", http_proxy=spec.http_proxy
+    )
 
 
 # -- attach ---------------------------------------------------------------------------------
@@ -109,20 +118,31 @@ async def attach(config: EmulatorConfig, adb: AdbCli) -> Target:
 # -- launch ---------------------------------------------------------------------------------
 
 
-def emulator_argv(
-    config: EmulatorConfig, avd: str, port: int, *, http_proxy: str | None = None
-) -> list[str]:
-    """The emulator command line for console port ``port`` (adbd listens on port + 1).
-
-    ``http_proxy`` (``http://USER:PASSWORD@127.0.0.1:PORT``, the instance's egress proxy with
-    its credentials; hostd/egress.py) makes the emulator send the guest's TCP through it: the
-    emulator process dials the proxy from the host, so the guest never holds the credentials.
-    """
-    proxy = ["-http-proxy", http_proxy] if http_proxy else []
+def emulator_argv(config: EmulatorConfig, avd: str, port: int) -> list[str]:
+    """The emulator command line for console port ``port`` (adbd listens on port + 1)."""
     return [
         config.resolve_emulator(), "-avd", avd, "-no-window", "-no-audio",
-        "-port", str(port), "-read-only", *proxy, *config.emulator_args,
+        "-port", str(port), "-read-only", *config.emulator_args,
     ]  # fmt: skip
+
+
+def emulator_env(config: EmulatorConfig, http_proxy: str | None = None) -> dict[str, str]:
+    """The emulator's environment. ``http_proxy`` (``http://USER:PASSWORD@127.0.0.1:PORT``, the
+    instance's egress proxy with its credentials; hostd/egress.py) goes in the ``http_proxy``
+    variable, which the emulator reads at start like ``-http-proxy``: it then sends the guest's
+    TCP through that proxy, dialing it from the host, so the guest never holds the credentials.
+    Not on the command line, which every local user can read in ``ps``; a process's
+    environment only its own user can.
+    """
+    env = config.tool_env()
+    if http_proxy is not None:
+        if any(arg.startswith("-http-proxy") for arg in config.emulator_args):
+            raise InvalidSpecError(
+                "DEVYARD_EMULATOR_ARGS sets -http-proxy, which would take a tunnel-attached "
+                "instance's traffic past its egress proxy: remove it"
+            )
+        env["http_proxy"] = http_proxy
+    return env
 
 
 def _ports_free(port: int) -> bool:
@@ -145,9 +165,13 @@ def _claim_console_port(config: EmulatorConfig) -> int:
     raise DeviceError(f"no free emulator console port (even ports {config.base_port}-{last})")
 
 
-async def launch(config: EmulatorConfig, adb: AdbCli, avd: str, log_path: Path) -> Target:
-    """Start ``emulator -avd AVD ...`` and wait for ``sys.boot_completed``."""
+async def launch(
+    config: EmulatorConfig, adb: AdbCli, avd: str, log_path: Path, *, http_proxy: str | None = None
+) -> Target:
+    """Start ``emulator -avd AVD ...`` (through ``http_proxy`` if given: `emulator_env`) and
+    wait for ``sys.boot_completed``."""
     argv = emulator_argv(config, avd, 0)  # resolve the tool before claiming a port
+    env = emulator_env(config, http_proxy)
     port = _claim_console_port(config)
     argv[argv.index("-port") + 1] = str(port)
     serial = f"emulator-{port}"
@@ -156,7 +180,7 @@ async def launch(config: EmulatorConfig, adb: AdbCli, avd: str, log_path: Path) 
         try:
             proc = await trio.lowlevel.open_process(
                 argv, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT,
-                env=config.tool_env(), start_new_session=True,
+                env=env, start_new_session=True,
             )  # fmt: skip
         finally:
             log_file.close()  # the child has its own descriptor
