@@ -62,13 +62,22 @@ from .links import Edge
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_MAX_STREAMS", "INSTANCES_PREFIX", "RAW_LINK_HEADER", "InstanceGateway"]
+__all__ = [
+    "DEFAULT_MAX_STREAMS",
+    "INSTANCES_PREFIX",
+    "RAW_LINK_HEADER",
+    "RECHECK_VIEW_S",
+    "InstanceGateway",
+]
 
 INSTANCES_PREFIX: Final = "/v1/instances/"
 #: Response header of the ``adb`` WebSocket upgrade: the raw link port's URL, when it is open.
 RAW_LINK_HEADER: Final = "x-devyard-raw-link"
 DEFAULT_MAX_STREAMS: Final = 16
 _TOUCH_EVERY_S: Final = 10.0
+#: How often an open view-only stream checks that its view token still opens the instance.
+RECHECK_VIEW_S: Final = 5.0
+_GONE: Final = (RemoteProtocolError, trio.BrokenResourceError, OSError)
 _CHUNK: Final = 256 * 1024
 _FULL_TOKEN_ONLY: Final = frozenset({"api", "adb"})
 #: The endpoints whose token may come as ``?token=`` (the stream URLs, spec 2.1).
@@ -136,8 +145,8 @@ class InstanceGateway:
 
     async def _admit(
         self, full_path: str, headers: Iterable[tuple[bytes, bytes]], query_string: bytes
-    ) -> tuple[InstanceAccess, str, str]:
-        """(access, endpoint, rest of the path) or _Refused."""
+    ) -> tuple[InstanceAccess, str, str, str]:
+        """(access, endpoint, rest of the path, the token) or _Refused."""
         path = full_path[len(INSTANCES_PREFIX) :]
         instance_id, _, tail = path.partition("/")
         endpoint, _, rest = tail.partition("/")
@@ -156,7 +165,7 @@ class InstanceGateway:
         if access.stream_only and endpoint in _FULL_TOKEN_ONLY:
             raise _Refused(403, "forbidden", f"the stream token does not open {endpoint}")
         self.directory.touch(access.instance_id)
-        return access, endpoint, rest
+        return access, endpoint, rest, token
 
     async def _open(self, access: InstanceAccess, kind: str, **fields: Any) -> MuxStream:
         try:
@@ -173,7 +182,7 @@ class InstanceGateway:
 
     async def _http(self, scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
         try:
-            access, endpoint, rest = await self._admit(
+            access, endpoint, rest, _ = await self._admit(
                 str(scope["path"]), scope.get("headers", []), bytes(scope.get("query_string", b""))
             )
             if endpoint == "watch":
@@ -205,7 +214,7 @@ class InstanceGateway:
         if first.get("type") != "websocket.connect":
             return
         try:
-            access, endpoint, _ = await self._admit(
+            access, endpoint, _, token = await self._admit(
                 str(scope["path"]), scope.get("headers", []), bytes(scope.get("query_string", b""))
             )
             self._check_room(access)
@@ -221,10 +230,15 @@ class InstanceGateway:
         headers = []
         if endpoint == "adb" and self._raw_link is not None:  # tell the forwarder
             headers.append((RAW_LINK_HEADER.encode(), self._raw_link.encode()))
+        revoked = trio.Event()
         with self._counted(access.instance_id):
             await send({"type": "websocket.accept", "headers": headers})
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._keep_touching, access.instance_id)
+                if access.view_only:
+                    nursery.start_soon(
+                        self._recheck, access.instance_id, token, revoked, nursery.cancel_scope
+                    )
                 try:
                     if endpoint == "endpoint":
                         await _relay(stream, receive, send, view_only=access.view_only)
@@ -232,6 +246,9 @@ class InstanceGateway:
                         await splice(ASGIWebSocketStream(receive, send), stream)
                 finally:
                     nursery.cancel_scope.cancel()
+            if revoked.is_set():
+                with trio.move_on_after(2.0, shield=True), contextlib.suppress(*_GONE):
+                    await send({"type": "websocket.close", "code": 1008})
 
     def _check_room(self, access: InstanceAccess) -> None:
         if self._open_streams.get(access.instance_id, 0) >= self._max_streams:
@@ -264,7 +281,7 @@ class InstanceGateway:
         """``adb`` on the raw link port: the same checks, then ADB bytes on the bare socket."""
         query = upgrade.target.partition("?")[2].encode("latin-1")
         try:
-            access, endpoint, _ = await self._admit(upgrade.path, upgrade.headers, query)
+            access, endpoint, _, _ = await self._admit(upgrade.path, upgrade.headers, query)
             if endpoint != "adb":
                 raise _Refused(
                     404, "not_found", f"the raw link port serves only adb, not {endpoint}"
@@ -289,6 +306,21 @@ class InstanceGateway:
                     await splice(client, stream)
                 finally:
                     nursery.cancel_scope.cancel()
+
+    async def _recheck(
+        self, instance_id: str, token: str, revoked: trio.Event, stream: trio.CancelScope
+    ) -> None:
+        """A view-only stream lasts only while its view token opens the instance: when the API
+        key or scoped token it was made for is revoked, the stream ends within
+        `RECHECK_VIEW_S`. (Ending the instance ends every stream through its host.)"""
+        while True:
+            await trio.sleep(RECHECK_VIEW_S)
+            try:
+                await self.directory.authorize(instance_id, token)
+            except AccessDenied:
+                revoked.set()
+                stream.cancel()
+                return
 
     async def _keep_touching(self, instance_id: str) -> None:
         while True:
