@@ -179,6 +179,9 @@ class InstanceAccess:
     host_id: str
     platform: str
     stream_only: bool  # the stream token: the browser stream and viewer page only
+    # a view token (docs/security.md, "The stream-token model"): stream-only, and of the
+    # browser's messages only those asking for frames reach the host
+    view_only: bool = False
 
 
 class AccessReason(enum.Enum):

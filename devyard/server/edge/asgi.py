@@ -19,7 +19,6 @@ from .asgi_stream import Send
 __all__ = [
     "ACCESS_REFUSALS",
     "bearer_from",
-    "bearer_token",
     "error_body",
     "error_headers",
     "reject_websocket",
@@ -69,12 +68,6 @@ def bearer_from(
         if values and values[0]:
             return values[0]
     return None
-
-
-def bearer_token(scope: MutableMapping[str, Any], *, query: bool = False) -> str | None:
-    """`bearer_from` an ASGI scope (with *query*, the ``token`` parameter too)."""
-    query_string = bytes(scope.get("query_string", b"")) if query else None
-    return bearer_from(scope.get("headers", []), query_string)
 
 
 async def reject_websocket(

@@ -9,13 +9,20 @@ and carries the request over it:
     api/...    HTTP, instance token (bearer)   -> ``api`` stream: the device API
     watch      HTTP GET, token in the query   -> the viewer page (served here)
     endpoint   WebSocket, token or ?token=    -> ``device-stream``: the browser stream, relayed
-    adb        WebSocket, instance token      -> ``adb``: ADB bytes, spliced
+    adb        WebSocket, instance token (bearer) -> ``adb``: ADB bytes, spliced
+
+A ``?token=`` query parameter is read only on ``watch`` and ``endpoint`` (spec 2.1: query
+tokens belong to the stream URLs); ``api`` and ``adb`` take the bearer header only, so the
+instance token never rides in a URL that proxies and logs keep.
 
 ``adb`` is also served on the raw link port (docs/adb.md, "The raw ADB path"): the same
 checks, then the ADB bytes on the bare socket, without WebSocket masking and framing. The
 WebSocket's 101 names that port in ``x-devyard-raw-link`` so `devyard adb forward` can use it.
 
-The stream token opens only ``watch`` and ``endpoint``. Traffic counts as activity: each HTTP
+The stream token opens only ``watch`` and ``endpoint``; a view token (docs/security.md, "The
+stream-token model") opens the same two, and of its browser's messages only those that ask for
+frames (`viewing.view_message_allowed`) reach the host: the rest are answered with an error
+message and dropped. Traffic counts as activity: each HTTP
 request, and every ``_TOUCH_EVERY_S`` while a WebSocket is open.
 """
 
@@ -23,8 +30,9 @@ from __future__ import annotations
 
 import contextlib
 import importlib.resources
+import json
 import logging
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Iterable, Iterator, MutableMapping
 from typing import Any, Final
 
 import trio
@@ -38,11 +46,11 @@ from ...core import (
     receive_message,
     splice,
 )
+from .. import viewing
 from ..hosts import AccessDenied, HostUnavailableError, InstanceAccess, InstanceDirectory
 from .asgi import (
     ACCESS_REFUSALS,
     bearer_from,
-    bearer_token,
     error_body,
     error_headers,
     reject_websocket,
@@ -54,15 +62,30 @@ from .links import Edge
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_MAX_STREAMS", "INSTANCES_PREFIX", "RAW_LINK_HEADER", "InstanceGateway"]
+__all__ = [
+    "DEFAULT_MAX_STREAMS",
+    "INSTANCES_PREFIX",
+    "RAW_LINK_HEADER",
+    "RECHECK_VIEW_S",
+    "InstanceGateway",
+]
 
 INSTANCES_PREFIX: Final = "/v1/instances/"
 #: Response header of the ``adb`` WebSocket upgrade: the raw link port's URL, when it is open.
 RAW_LINK_HEADER: Final = "x-devyard-raw-link"
 DEFAULT_MAX_STREAMS: Final = 16
 _TOUCH_EVERY_S: Final = 10.0
+#: How often an open view-only stream checks that its view token still opens the instance.
+RECHECK_VIEW_S: Final = 5.0
+_GONE: Final = (RemoteProtocolError, trio.BrokenResourceError, OSError)
 _CHUNK: Final = 256 * 1024
 _FULL_TOKEN_ONLY: Final = frozenset({"api", "adb"})
+#: The endpoints whose token may come as ``?token=`` (the stream URLs, spec 2.1).
+_QUERY_TOKEN: Final = frozenset({"watch", "endpoint"})
+_OUTGOING: Final = 4  # messages waiting for the browser (a slow browser slows the host)
+_VIEW_ONLY_ERROR: Final = json.dumps(
+    {"type": "error", "message": "this stream is view-only: only frame requests are accepted"}
+)
 _VIEWER_HEADERS: Final = [
     (b"content-type", b"text/html; charset=utf-8"),
     (b"cache-control", b"no-store"),
@@ -120,19 +143,20 @@ class InstanceGateway:
         elif scope["type"] == "http":
             await self._http(scope, receive, send)
 
-    async def _admit(self, full_path: str, token: str | None) -> tuple[InstanceAccess, str, str]:
-        """(access, endpoint, rest of the path) or _Refused."""
+    async def _admit(
+        self, full_path: str, headers: Iterable[tuple[bytes, bytes]], query_string: bytes
+    ) -> tuple[InstanceAccess, str, str, str]:
+        """(access, endpoint, rest of the path, the token) or _Refused."""
         path = full_path[len(INSTANCES_PREFIX) :]
         instance_id, _, tail = path.partition("/")
         endpoint, _, rest = tail.partition("/")
         if not instance_id or not endpoint:
             raise _Refused(404, "not_found", f"no such endpoint {full_path}")
+        in_query = endpoint in _QUERY_TOKEN
+        token = bearer_from(headers, query_string if in_query else None)
         if token is None:
-            raise _Refused(
-                401,
-                "unauthorized",
-                "an instance token is required (Authorization: Bearer, or ?token=)",
-            )
+            where = "Authorization: Bearer, or ?token=" if in_query else "Authorization: Bearer"
+            raise _Refused(401, "unauthorized", f"an instance token is required ({where})")
         try:
             access = await self.directory.authorize(instance_id, token)
         except AccessDenied as exc:
@@ -141,7 +165,7 @@ class InstanceGateway:
         if access.stream_only and endpoint in _FULL_TOKEN_ONLY:
             raise _Refused(403, "forbidden", f"the stream token does not open {endpoint}")
         self.directory.touch(access.instance_id)
-        return access, endpoint, rest
+        return access, endpoint, rest, token
 
     async def _open(self, access: InstanceAccess, kind: str, **fields: Any) -> MuxStream:
         try:
@@ -158,8 +182,8 @@ class InstanceGateway:
 
     async def _http(self, scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
         try:
-            access, endpoint, rest = await self._admit(
-                str(scope["path"]), bearer_token(scope, query=True)
+            access, endpoint, rest, _ = await self._admit(
+                str(scope["path"]), scope.get("headers", []), bytes(scope.get("query_string", b""))
             )
             if endpoint == "watch":
                 if scope["method"] not in ("GET", "HEAD"):
@@ -190,8 +214,8 @@ class InstanceGateway:
         if first.get("type") != "websocket.connect":
             return
         try:
-            access, endpoint, _ = await self._admit(
-                str(scope["path"]), bearer_token(scope, query=True)
+            access, endpoint, _, token = await self._admit(
+                str(scope["path"]), scope.get("headers", []), bytes(scope.get("query_string", b""))
             )
             self._check_room(access)
             if endpoint == "endpoint":
@@ -206,17 +230,25 @@ class InstanceGateway:
         headers = []
         if endpoint == "adb" and self._raw_link is not None:  # tell the forwarder
             headers.append((RAW_LINK_HEADER.encode(), self._raw_link.encode()))
+        revoked = trio.Event()
         with self._counted(access.instance_id):
             await send({"type": "websocket.accept", "headers": headers})
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._keep_touching, access.instance_id)
+                if access.view_only:
+                    nursery.start_soon(
+                        self._recheck, access.instance_id, token, revoked, nursery.cancel_scope
+                    )
                 try:
                     if endpoint == "endpoint":
-                        await _relay(stream, receive, send)
+                        await _relay(stream, receive, send, view_only=access.view_only)
                     else:
                         await splice(ASGIWebSocketStream(receive, send), stream)
                 finally:
                     nursery.cancel_scope.cancel()
+            if revoked.is_set():
+                with trio.move_on_after(2.0, shield=True), contextlib.suppress(*_GONE):
+                    await send({"type": "websocket.close", "code": 1008})
 
     def _check_room(self, access: InstanceAccess) -> None:
         if self._open_streams.get(access.instance_id, 0) >= self._max_streams:
@@ -249,9 +281,7 @@ class InstanceGateway:
         """``adb`` on the raw link port: the same checks, then ADB bytes on the bare socket."""
         query = upgrade.target.partition("?")[2].encode("latin-1")
         try:
-            access, endpoint, _ = await self._admit(
-                upgrade.path, bearer_from(upgrade.headers, query)
-            )
+            access, endpoint, _, _ = await self._admit(upgrade.path, upgrade.headers, query)
             if endpoint != "adb":
                 raise _Refused(
                     404, "not_found", f"the raw link port serves only adb, not {endpoint}"
@@ -276,6 +306,21 @@ class InstanceGateway:
                     await splice(client, stream)
                 finally:
                     nursery.cancel_scope.cancel()
+
+    async def _recheck(
+        self, instance_id: str, token: str, revoked: trio.Event, stream: trio.CancelScope
+    ) -> None:
+        """A view-only stream lasts only while its view token opens the instance: when the API
+        key or scoped token it was made for is revoked, the stream ends within
+        `RECHECK_VIEW_S`. (Ending the instance ends every stream through its host.)"""
+        while True:
+            await trio.sleep(RECHECK_VIEW_S)
+            try:
+                await self.directory.authorize(instance_id, token)
+            except AccessDenied:
+                revoked.set()
+                stream.cancel()
+                return
 
     async def _keep_touching(self, instance_id: str) -> None:
         while True:
@@ -337,35 +382,60 @@ async def _proxy_api(stream: MuxStream, receive: Receive, send: Send) -> None:
         await trio.aclose_forcefully(stream)
 
 
-async def _relay(stream: MuxStream, receive: Receive, send: Send) -> None:
-    """Browser WebSocket messages <-> relay messages on the host stream, until either ends."""
+async def _relay(stream: MuxStream, receive: Receive, send: Send, *, view_only: bool) -> None:
+    """Browser WebSocket messages <-> relay messages on the host stream, until either ends.
+
+    *view_only*: a browser message that `viewing.view_message_allowed` refuses never reaches
+    the host; the browser gets an error message instead. One task (this one) sends to the
+    browser, from a bounded channel that the host's messages and the refusals share.
+    """
     channel = RelayChannel(stream)
+    outgoing, to_browser = trio.open_memory_channel[str | bytes](_OUTGOING)
 
-    async def upstream(cancel: trio.CancelScope) -> None:
-        while True:
-            message = await receive()
-            if message["type"] != "websocket.receive":
-                break
-            text, data = message.get("text"), message.get("bytes")
-            await channel.send(text if text is not None else bytes(data or b""))
-        cancel.cancel()
+    browser_side = trio.CancelScope()
 
-    try:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(upstream, nursery.cancel_scope)
+    async def upstream(cancel: trio.CancelScope, out: trio.MemorySendChannel[str | bytes]) -> None:
+        with browser_side:
+            async with out:
+                while True:
+                    message = await receive()
+                    if message["type"] != "websocket.receive":
+                        break
+                    text, data = message.get("text"), message.get("bytes")
+                    payload = text if text is not None else bytes(data or b"")
+                    if view_only and not viewing.view_message_allowed(payload):
+                        await out.send(_VIEW_ONLY_ERROR)
+                    else:
+                        await channel.send(payload)
+            cancel.cancel()  # the browser left: nothing more to send it
+
+    async def downstream(out: trio.MemorySendChannel[str | bytes]) -> None:
+        async with out:
             while True:
                 try:
                     message = await channel.receive()
                 except trio.EndOfChannel:
                     break
-                if isinstance(message, str):
-                    await send({"type": "websocket.send", "text": message})
-                else:
-                    await send({"type": "websocket.send", "bytes": message})
-            nursery.cancel_scope.cancel()
+                await out.send(message)
+        browser_side.cancel()  # the host ended the stream: send what is queued, then close
+
+    try:
+        async with trio.open_nursery() as nursery, outgoing, to_browser:
+            nursery.start_soon(upstream, nursery.cancel_scope, outgoing.clone())
+            nursery.start_soon(downstream, outgoing.clone())
+            await outgoing.aclose()
+            async for message in to_browser:
+                await _to_browser(send, message)
         with trio.move_on_after(2.0, shield=True):
             await send({"type": "websocket.close", "code": 1000})
     except (RemoteProtocolError, trio.BrokenResourceError, OSError) as exc:
         log.info("browser stream ended: %s", exc)
     finally:
         await trio.aclose_forcefully(stream)
+
+
+async def _to_browser(send: Send, message: str | bytes) -> None:
+    if isinstance(message, str):
+        await send({"type": "websocket.send", "text": message})
+    else:
+        await send({"type": "websocket.send", "bytes": message})

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hmac
 
+from .. import viewing
 from ..hosts import AccessDenied, AccessReason, Activity, InstanceAccess, InstanceRoute
 from ..store import errors as store_errors
 from ..store.base import Instance, InstanceState, Store
@@ -43,7 +44,8 @@ class StoreInstanceDirectory:
             raise AccessDenied(AccessReason.GONE, f"instance {instance_id} was terminated")
         full = _same(token, instance.token)
         stream = _same(token, instance.stream_token)
-        if not (full or stream):
+        view = not (full or stream) and await self._viewer(instance, token)
+        if not (full or stream or view):
             raise AccessDenied(
                 AccessReason.WRONG_TOKEN, f"the token does not open instance {instance_id}"
             )
@@ -57,6 +59,14 @@ class StoreInstanceDirectory:
             host_id=instance.host_id,
             platform=instance.platform.value,
             stream_only=not full,
+            view_only=view,
+        )
+
+    async def _viewer(self, instance: Instance, token: str) -> bool:
+        """Is *token* a view token of *instance* whose API key or scoped token is live?"""
+        lookup = viewing.verify_view_token(token, instance.stream_token)
+        return lookup is not None and await viewing.credential_live(
+            self._store, instance.org_id, lookup
         )
 
     async def route(self, host_id: str, instance_id: str) -> InstanceRoute:

@@ -12,6 +12,7 @@ from typing import Any, Final
 import trio
 from quart import Blueprint, Response, jsonify, request
 
+from ... import viewing
 from ...blobs import InitialAssetError, InitialAssetProblem
 from ...hosts import TunnelRejected
 from ...instances import (
@@ -55,13 +56,32 @@ def _can_control(caller: Principal) -> bool:
     return not caller.read_only and role_at_least(caller.role, Role.MEMBER)
 
 
-def _urls(instance: Instance, base: str) -> dict[str, str]:
+def _viewer_lookup(caller: Principal) -> str:
+    """The lookup id of the credential the caller presented (its scoped token, else its API
+    key): what a view token is made for, and dies with."""
+    if caller.scoped_token is not None:
+        return caller.scoped_token.lookup_id
+    return caller.api_key.lookup_id
+
+
+def _stream_credential(instance: Instance, *, control: bool, viewer: str | None) -> str | None:
+    """What ``signedStreamUrl`` embeds: the stream token for a caller that can control the
+    instance, else a view token made for its credential *viewer*, else nothing."""
+    if not instance.stream_token:
+        return None
+    if control:
+        return instance.stream_token
+    return None if viewer is None else viewing.view_token(instance.stream_token, viewer)
+
+
+def _urls(instance: Instance, base: str, credential: str | None) -> dict[str, str]:
     http = f"{base}/v1/instances/{instance.id}"
     ws = "ws" + http.removeprefix("http")
     urls = {"apiUrl": f"{http}/api"}
     if instance.platform in _STREAMED:
         urls["endpointWebSocketUrl"] = f"{ws}/endpoint"
-        urls["signedStreamUrl"] = f"{http}/watch?token={instance.stream_token}"
+        if credential is not None:
+            urls["signedStreamUrl"] = f"{http}/watch?token={credential}"
         urls["mcpUrl"] = f"{http}/mcp"
         urls["targetHttpPortUrlPrefix"] = f"{http}/ports/"
     if instance.platform is Platform.ANDROID:
@@ -69,7 +89,13 @@ def _urls(instance: Instance, base: str) -> dict[str, str]:
     return urls
 
 
-def instance_view(instance: Instance, *, base_url: str, show_tokens: bool) -> dict[str, Any]:
+def instance_view(
+    instance: Instance, *, base_url: str, show_tokens: bool, viewer: str | None = None
+) -> dict[str, Any]:
+    """The instance as the API shows it. *show_tokens*: the caller can control the instance
+    (spec 2.1 ``token``), so it sees ``token``, ``streamToken`` and a ``signedStreamUrl`` that
+    drives the device; otherwise *viewer*, the lookup id of the caller's credential, makes
+    ``signedStreamUrl`` carry a view token (docs/security.md, "The stream-token model")."""
     metadata: dict[str, Any] = {
         "id": instance.id,
         "organizationId": instance.org_id,
@@ -90,7 +116,8 @@ def instance_view(instance: Instance, *, base_url: str, show_tokens: bool) -> di
         if instance.platform in _STREAMED:
             status["streamToken"] = instance.stream_token
     if instance.state is InstanceState.READY:
-        status.update(_urls(instance, base_url))
+        credential = _stream_credential(instance, control=show_tokens, viewer=viewer)
+        status.update(_urls(instance, base_url, credential))
     # The spec as stored, plus the region that handles it (the SDKs' models require
     # ``spec.region``: the pinned region, or where placement put the instance).
     spec = {**instance.spec, "region": instance.region}
@@ -98,8 +125,17 @@ def instance_view(instance: Instance, *, base_url: str, show_tokens: bool) -> di
     return {"id": instance.id, "metadata": metadata, "spec": spec, "status": status}
 
 
+def _view(caller: Principal, instance: Instance, base: str) -> dict[str, Any]:
+    return instance_view(
+        instance,
+        base_url=base,
+        show_tokens=_can_control(caller),
+        viewer=_viewer_lookup(caller),
+    )
+
+
 def _respond(caller: Principal, instance: Instance) -> Response:
-    return jsonify(instance_view(instance, base_url=base_url(), show_tokens=_can_control(caller)))
+    return jsonify(_view(caller, instance, base_url()))
 
 
 def _platform() -> Platform:
@@ -217,8 +253,8 @@ async def list_instances() -> Response:
     has_more = len(found) > limit
     if has_more:
         found = found[1:] if before is not None and after is None else found[:limit]
-    base, show = base_url(), _can_control(caller)
-    items = [instance_view(i, base_url=base, show_tokens=show) for i in found]
+    base = base_url()
+    items = [_view(caller, i, base) for i in found]
     return jsonify({"items": items, "hasMore": has_more})
 
 
