@@ -23,7 +23,7 @@ import trio
 from devyard.server.api.app import api_state
 from devyard.server.api.contract import MAX_DEPTH, Contract, Operation, load_document
 from devyard.server.api.serve import BoundServer, serve_api
-from devyard.server.config import ListenAddress, ServerConfig
+from devyard.server.config import ListenAddress, RateLimitConfig, ServerConfig
 from devyard.server.store import Store
 
 from .conftest import Callers
@@ -60,7 +60,12 @@ def _path(operation: Operation, callers: Callers, value: str | None = None) -> s
 @pytest.fixture
 async def server(nursery: trio.Nursery, store: Store, tmp_path: Path) -> AsyncIterator[BoundServer]:
     config = ServerConfig(
-        data_dir=tmp_path, listen=ListenAddress("127.0.0.1", 0), max_body_bytes=1024 * 1024
+        data_dir=tmp_path,
+        listen=ListenAddress("127.0.0.1", 0),
+        max_body_bytes=1024 * 1024,
+        # hundreds of requests on one key in a few seconds: this test is about what a body may
+        # hold, not about the rate limit (tests/server/api/test_ratelimit.py)
+        rate_limit=RateLimitConfig(enabled=False),
     )
     shutdown = trio.Event()
     yield await nursery.start(
