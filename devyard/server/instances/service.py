@@ -8,8 +8,9 @@ timeout deadlines, which `run` rebuilds from the live rows when it starts (a res
 a fresh inactivity period).
 
 Creation never leaves an instance stuck in ``creating``: placement fails *before* a row is
-written when no host has room (`NoCapacity`), and an order that no host accepts terminates
-the row with ``Error`` before the caller hears `NoCapacity`. Ending an instance writes the
+written when no host has room (`NoCapacity`; placement and the hold on the chosen host's slot
+are one step, with no await between, so concurrent creates never share a free slot), and an
+order that no host accepts terminates the row with ``Error``. Ending an instance writes the
 row first (state), then tells the host under a bounded, shielded grace.
 
 Timeouts and host events run in `run`, owned by the server's nursery: one task sleeps until
@@ -170,7 +171,6 @@ class InstanceService:
         control plane without an edge); *tunnels* says whether a tunnel is held (none: every
         tunnel is offline); *activity* is where the edge records client traffic."""
         self._store = store
-        self.store = store  # read by the API's instance routes
         self._registry = registry
         self._events = events
         self._tunnels = tunnels
@@ -184,6 +184,12 @@ class InstanceService:
         # Orders go to hosts from `run`'s nursery (create answers at once, with creating).
         self._orders, self._order_queue = trio.open_memory_channel[_Delivery](ORDER_BUFFER)
         self._delivering: dict[str, str] = {}  # instance id -> host its order is on its way to
+        # Capacity held for creates and orders the registry does not count yet: reservation
+        # (or instance) id -> host. Taken in the same step as placement (no await between), so
+        # concurrent creates never see the same free slot; dropped in the same step as the
+        # registry starts counting the order (`start_instance` counts it before it awaits).
+        self._reserved: dict[str, str] = {}
+        self._reservations = 0
         self._ordered_at: dict[str, float] = {}  # instance id -> when its host took the order
 
     def __repr__(self) -> str:
@@ -206,22 +212,29 @@ class InstanceService:
                 if found is not None:
                     return found
             raise
-        if reuse:
-            found = await self._find_live(organization.id, new, placement.region)
-            if found is not None:
-                return found
-        token = tokens.new_secret(INSTANCE_TOKEN_PREFIX).plaintext
-        stream_token = tokens.new_secret(STREAM_TOKEN_PREFIX).plaintext
-        instance = await self._store.create_instance(
-            org_id=organization.id,
-            platform=new.platform,
-            region=placement.region,
-            labels=new.labels,
-            spec=spec,
-            display_name=new.display_name,
-            token=token,
-            stream_token=stream_token,
-        )
+        self._reservations += 1
+        hold = f"reservation-{self._reservations}"
+        self._reserved[hold] = placement.hosts[0].id  # no await since `place`: atomic
+        try:
+            if reuse:
+                found = await self._find_live(organization.id, new, placement.region)
+                if found is not None:
+                    return found
+            token = tokens.new_secret(INSTANCE_TOKEN_PREFIX).plaintext
+            stream_token = tokens.new_secret(STREAM_TOKEN_PREFIX).plaintext
+            instance = await self._store.create_instance(
+                org_id=organization.id,
+                platform=new.platform,
+                region=placement.region,
+                labels=new.labels,
+                spec=spec,
+                display_name=new.display_name,
+                token=token,
+                stream_token=stream_token,
+            )
+            self._reserved[instance.id] = self._reserved.pop(hold)
+        finally:
+            self._reserved.pop(hold, None)
         order = InstanceOrder(
             instance_id=instance.id,
             organization_id=organization.id,
@@ -258,6 +271,8 @@ class InstanceService:
                 if instance_id not in self._deadlines:  # ended meanwhile (a delete)
                     return
                 self._delivering[instance_id] = host_id
+                # The registry counts the order from its first step on: the hold goes now.
+                self._reserved.pop(instance_id, None)
                 try:
                     await self._registry.start_instance(host_id, delivery.order)
                 except HostUnavailableError:
@@ -279,10 +294,12 @@ class InstanceService:
 
     def _unpend(self, instance_id: str) -> None:
         self._delivering.pop(instance_id, None)
+        self._reserved.pop(instance_id, None)
 
     def _hosts(self) -> list[HostInfo]:
-        """Connected hosts, counting orders on their way to them as running (placement)."""
-        on_the_way = Counter(self._delivering.values())
+        """Connected hosts, counting the capacity held for creates and queued orders as
+        running (placement)."""
+        on_the_way = Counter(self._reserved.values())
         return [
             attrs.evolve(h, running=h.running + on_the_way[h.id]) for h in self._registry.hosts()
         ]
