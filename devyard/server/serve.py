@@ -120,7 +120,11 @@ async def _serve(
     # Hosts the store has live instances on: each gets the host-lost grace until it links.
     expected = {i.host_id for i in await store.list_live_instances() if i.host_id is not None}
     async with (
-        open_connector_hub(StoreTunnelDirectory(store), quick_grace=quick_grace) as connectors,
+        open_connector_hub(
+            StoreTunnelDirectory(store),
+            quick_grace=quick_grace,
+            max_connectors=config.max_connectors_per_tunnel,
+        ) as connectors,
         open_edge(
             tokens, send_events, directory, connectors, grace=host_grace, expected=expected
         ) as edge,
@@ -146,7 +150,9 @@ async def _serve(
                 config.link_listen.host, config.link_listen.port, ssl_context=_link_tls(config)
             )
             raw_link = advertised_raw_link(config, link_port)
-        gateway = InstanceGateway(edge, directory, raw_link=raw_link)
+        gateway = InstanceGateway(
+            edge, directory, raw_link=raw_link, max_streams=config.max_streams_per_instance
+        )
         if listeners is not None:
             raw_routes: dict[str, RawRoute] = {
                 HOST_PATH: edge.serve_upgrade,

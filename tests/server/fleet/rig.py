@@ -61,6 +61,9 @@ class Fleet:
             data_dir=self.tmp_path / name,
             capacity=capacity,
             backoff_base=0.05,
+            link=None
+            if self.bound.link_port is None
+            else f"tcp://127.0.0.1:{self.bound.link_port}",
         )
         shutdown = trio.Event()
         self.shutdowns[host_id] = shutdown
