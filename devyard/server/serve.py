@@ -106,6 +106,7 @@ async def _serve(
     hub, the edge (publishing host events), the services (consuming them), the API."""
     from .api.app import api_state  # noqa: PLC0415 - the web stack loads only to serve
     from .api.serve import serve_api  # noqa: PLC0415 - the web stack loads only to serve
+    from .deletion import OrganizationDeletion  # noqa: PLC0415
     from .instances import InstanceService, StoreInstanceDirectory  # noqa: PLC0415
     from .tunnels import StoreTunnelDirectory, TunnelService  # noqa: PLC0415
 
@@ -160,15 +161,19 @@ async def _serve(
                 INSTANCES_PREFIX: gateway.serve_upgrade,  # adb only, there
             }
             await nursery.start(serve_raw_links, listeners, raw_routes)
+        state = api_state(
+            store,
+            config,
+            instances=service,
+            tunnels=tunnel_service,
+            hosts=edge,
+            connectors=connectors,
+        )
+        # deletions a crash interrupted finish now (they end instances on linked hosts)
+        deletion = OrganizationDeletion(store, service, tunnel_service, state.assets)
+        nursery.start_soon(deletion.resume_deletions)
         await serve_api(
-            api_state(
-                store,
-                config,
-                instances=service,
-                tunnels=tunnel_service,
-                hosts=edge,
-                connectors=connectors,
-            ),
+            state,
             shutdown_trigger=shutdown_trigger,
             websockets=dict(links),
             link_port=link_port,

@@ -79,6 +79,7 @@ ORDER_BUFFER: Final = 64  # orders waiting for `run` to hand them out (create wa
 #: errorMessage of an instance its host no longer runs when it links again
 NOT_ON_HOST_AFTER_RESTART: Final = "the host restarted and no longer runs this device"
 ORDER_LOST_IN_RESTART: Final = "the server restarted before a host took the order"
+ORG_DELETED: Final = "the organization was deleted"
 
 
 class EmptyRegistry:
@@ -199,6 +200,8 @@ class InstanceService:
     async def create(
         self, organization: Organization, new: NewInstance, *, reuse: bool
     ) -> Instance:
+        if organization.deleting:  # a deletion is under way: the organization is gone
+            raise store_errors.NotFound("organization", organization.id)
         spec = normalise_spec(new.spec, organization)
         tunnel = await self._tunnel_for(organization.id, new.platform, spec.get("tunnel"))
         request = _placement_request(new)
@@ -372,6 +375,16 @@ class InstanceService:
         if not instance.live:
             return instance
         return await self._end(instance_id, TerminationReason.USER_REQUESTED, None)
+
+    async def end_organization(self, org_id: str) -> int:
+        """Ends every live instance of *org_id* (its deletion): terminated, its host told, its
+        capacity freed. Idempotent; returns how many it ended."""
+        ended = 0
+        for instance in await self._store.list_live_instances():
+            if instance.org_id == org_id:
+                await self._end(instance.id, TerminationReason.USER_REQUESTED, ORG_DELETED)
+                ended += 1
+        return ended
 
     async def _end(
         self, instance_id: str, reason: TerminationReason, error_message: str | None
