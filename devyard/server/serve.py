@@ -31,6 +31,7 @@ from .edge import DEFAULT_HOST_GRACE, HOST_TOKENS_FILE, HostTokens, open_edge
 from .edge.connectors import DEFAULT_QUICK_GRACE, open_connector_hub
 from .edge.gateway import INSTANCES_PREFIX, InstanceGateway
 from .edge.rawlinks import RawRoute, open_raw_listeners, serve_raw_links
+from .edge.tokens import RECHECK_INTERVAL, drop_revoked_hosts
 from .hosts import EVENT_BUFFER, Activity, HostEvent
 from .store import Store, open_store
 
@@ -72,6 +73,7 @@ async def serve_server(
     host_events: trio.MemorySendChannel[HostEvent] | None = None,
     host_grace: float = DEFAULT_HOST_GRACE,
     quick_grace: float = DEFAULT_QUICK_GRACE,
+    host_token_recheck: float = RECHECK_INTERVAL,
     task_status: trio.TaskStatus[BoundServer] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Open the store and serve the control API and the edge's host and connector links.
@@ -88,6 +90,7 @@ async def serve_server(
             host_events=host_events,
             host_grace=host_grace,
             quick_grace=quick_grace,
+            host_token_recheck=host_token_recheck,
             task_status=task_status,
         )
 
@@ -100,6 +103,7 @@ async def _serve(
     host_events: trio.MemorySendChannel[HostEvent] | None = None,
     host_grace: float = DEFAULT_HOST_GRACE,
     quick_grace: float = DEFAULT_QUICK_GRACE,
+    host_token_recheck: float = RECHECK_INTERVAL,
     task_status: trio.TaskStatus[BoundServer] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """The API and the edge over an open store, on one port, built top-down: the connector
@@ -142,6 +146,15 @@ async def _serve(
             home_region=config.region,
         )
         await nursery.start(service.run)
+        nursery.start_soon(
+            partial(
+                drop_revoked_hosts,
+                tokens,
+                lambda: [h.id for h in edge.hosts()],
+                edge.drop,
+                interval=host_token_recheck,
+            )
+        )
         links: dict[str, RawASGI] = {HOST_PATH: edge, CONNECTOR_PATH: connectors}
         link_port = None
         raw_link = None
