@@ -4,9 +4,11 @@ retry of DELETE finishes it, and so does the next server start."""
 
 from __future__ import annotations
 
+import gc
 import shutil
 from pathlib import Path
 
+import pytest
 import trio
 
 from .rig import Fleet, Org, fleet_config, make_org, open_fleet
@@ -58,7 +60,18 @@ async def test_a_retry_finishes_a_deletion_that_failed_halfway(tmp_path: Path) -
         assert gone.status_code == 401
 
 
+# The first server stops under a linked host: trio-websocket 0.12 leaves that client socket to
+# the GC (docs/edge.md, open points); collect it here, where it is expected.
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 async def test_the_next_server_start_finishes_an_interrupted_deletion(tmp_path: Path) -> None:
+    try:
+        await _resumed(tmp_path)
+    finally:
+        gc.collect()
+
+
+async def _resumed(tmp_path: Path) -> None:
     config = fleet_config(tmp_path)
     org, other = await make_org(config, "acme"), await make_org(config, "other")
     async with open_fleet(config, tmp_path) as fleet:
