@@ -4,6 +4,7 @@
     devyard server --data-dir DIR --listen HOST:PORT  the control plane alone
     devyard admin bootstrap --data-dir DIR --org NAME an organization and a new admin key
     devyard admin host-token --data-dir DIR          a new host token (for devyard hostd)
+    devyard admin host-token list|revoke ID|rotate ID   list, revoke or rotate host tokens
     devyard hostd --server URL --token-file F --region NAME   a host daemon
     devyard whoami | org | members | keys | regions   user commands (devyard.client.commands)
 
@@ -24,9 +25,12 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Final, TypeAlias
+from typing import TYPE_CHECKING, Final, TypeAlias
 
 from . import __version__
+
+if TYPE_CHECKING:
+    from .server.config import ServerConfig
 
 __all__ = ["build_parser", "main"]
 
@@ -108,13 +112,7 @@ def _run_server_command(args: argparse.Namespace, env: Mapping[str, str]) -> int
     _configure_logging(args.log_level)
     try:
         if args.command == "admin" and args.admin_command == "host-token":
-            from .server.edge import HOST_TOKENS_FILE, create_host_token  # noqa: PLC0415
-
-            config.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-            host_id, token = create_host_token(config.data_dir / HOST_TOKENS_FILE)
-            print(f"host {host_id}; new host token (shown once):")
-            print(token)
-            return 0
+            return _host_token(config, args.action, args.host)
         if args.command == "admin":
             return trio.run(
                 lambda: run_admin_bootstrap(
@@ -184,9 +182,50 @@ def _add_server_commands(sub: Sub) -> None:
     bootstrap.add_argument("--org", required=True, metavar="NAME", help="organization name")
     bootstrap.add_argument("--user", default="admin", metavar="NAME", help="default: admin")
     host_token = admin_sub.add_parser(
-        "host-token", help="create a host token for devyard hostd and print it (once)"
+        "host-token",
+        help="host tokens for devyard hostd: create (the default; printed once), list, "
+        "revoke HOST_ID (its link is closed within seconds), rotate HOST_ID (a new token)",
     )
     _add_server_options(host_token, data_dir_help="the server's data dir (env DEVYARD_DATA_DIR)")
+    host_token.add_argument(
+        "action", nargs="?", default="create", choices=("create", "list", "revoke", "rotate")
+    )
+    host_token.add_argument("host", nargs="?", metavar="HOST_ID", help="for revoke and rotate")
+
+
+def _host_token(config: ServerConfig, action: str, host: str | None) -> int:
+    """``devyard admin host-token [create|list|revoke HOST_ID|rotate HOST_ID]``."""
+    from .server.edge import HOST_TOKENS_FILE, HostTokens, create_host_token  # noqa: PLC0415
+
+    path = config.data_dir / HOST_TOKENS_FILE
+    if action in ("revoke", "rotate") and not host:
+        print(f"devyard: error: host-token {action} needs a HOST_ID", file=sys.stderr)
+        return 2
+    if action == "create":
+        config.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        host_id, token = create_host_token(path)
+        print(f"host {host_id}; new host token (shown once):")
+        print(token)
+        return 0
+    tokens = HostTokens(path)
+    if action == "list":
+        for host_id in tokens.host_ids():
+            print(host_id)
+        return 0
+    assert host is not None
+    if action == "revoke":
+        if not tokens.revoke(host):
+            print(f"devyard: error: no host token for {host}", file=sys.stderr)
+            return 1
+        print(f"host {host}: token revoked (a running server closes its link within seconds)")
+        return 0
+    rotated = tokens.rotate(host)
+    if rotated is None:
+        print(f"devyard: error: no host token for {host}", file=sys.stderr)
+        return 1
+    print(f"host {host}; new host token (shown once; the old one no longer links):")
+    print(rotated)
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:

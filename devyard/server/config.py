@@ -18,6 +18,12 @@ Keys (file key / environment variable):
                                                     = off (links use the API port's WebSockets)
     link_tls_cert       DEVYARD_LINK_TLS_CERT       PEM certificate chain: raw links are TLS
     link_tls_key        DEVYARD_LINK_TLS_KEY        its PEM private key (required with the cert)
+    max_connectors_per_tunnel                       connector links one tunnel may hold
+                        DEVYARD_MAX_CONNECTORS_PER_TUNNEL  (active and standbys; more: 429
+                                                    ``too-many-connectors``); default 8
+    max_streams_per_instance                        open WebSocket streams per instance
+                        DEVYARD_MAX_STREAMS_PER_INSTANCE  (more: 429 ``too_many_streams``);
+                                                    default 16
     secret_scanning_keys_url                        public keys of leaked-token reports
                         DEVYARD_SECRET_SCANNING_KEYS_URL  (POST /github_revoke, docs/security.md)
     [rate_limit]
@@ -128,6 +134,9 @@ class ServerConfig:
     link_listen: ListenAddress | None = None
     link_tls_cert: Path | None = None
     link_tls_key: Path | None = None
+    # the edge's caps (issue 14 finding 9); the edge's own defaults are the same numbers
+    max_connectors_per_tunnel: int = attrs.field(default=8, validator=attrs.validators.ge(1))
+    max_streams_per_instance: int = attrs.field(default=16, validator=attrs.validators.ge(1))
     # where POST /github_revoke gets the public keys its reports are signed with
     secret_scanning_keys_url: str = "https://api.github.com/meta/public_keys/secret_scanning"  # noqa: S105
 
@@ -318,6 +327,8 @@ _PARSERS: Final[dict[str, Callable[[object], Any]]] = {
     "link_listen": _parse_listen,
     "link_tls_cert": _path,
     "link_tls_key": _path,
+    "max_connectors_per_tunnel": _positive_int,
+    "max_streams_per_instance": _positive_int,
     "secret_scanning_keys_url": _parse_public_url,
     "rate_limit.enabled": _bool,
     "rate_limit.rate": _positive_float,

@@ -31,6 +31,7 @@ from .edge import DEFAULT_HOST_GRACE, HOST_TOKENS_FILE, HostTokens, open_edge
 from .edge.connectors import DEFAULT_QUICK_GRACE, open_connector_hub
 from .edge.gateway import INSTANCES_PREFIX, InstanceGateway
 from .edge.rawlinks import RawRoute, open_raw_listeners, serve_raw_links
+from .edge.tokens import RECHECK_INTERVAL, drop_revoked_hosts
 from .hosts import EVENT_BUFFER, Activity, HostEvent
 from .store import Store, open_store
 
@@ -72,6 +73,7 @@ async def serve_server(
     host_events: trio.MemorySendChannel[HostEvent] | None = None,
     host_grace: float = DEFAULT_HOST_GRACE,
     quick_grace: float = DEFAULT_QUICK_GRACE,
+    host_token_recheck: float = RECHECK_INTERVAL,
     task_status: trio.TaskStatus[BoundServer] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Open the store and serve the control API and the edge's host and connector links.
@@ -88,6 +90,7 @@ async def serve_server(
             host_events=host_events,
             host_grace=host_grace,
             quick_grace=quick_grace,
+            host_token_recheck=host_token_recheck,
             task_status=task_status,
         )
 
@@ -100,12 +103,14 @@ async def _serve(
     host_events: trio.MemorySendChannel[HostEvent] | None = None,
     host_grace: float = DEFAULT_HOST_GRACE,
     quick_grace: float = DEFAULT_QUICK_GRACE,
+    host_token_recheck: float = RECHECK_INTERVAL,
     task_status: trio.TaskStatus[BoundServer] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """The API and the edge over an open store, on one port, built top-down: the connector
     hub, the edge (publishing host events), the services (consuming them), the API."""
     from .api.app import api_state  # noqa: PLC0415 - the web stack loads only to serve
     from .api.serve import serve_api  # noqa: PLC0415 - the web stack loads only to serve
+    from .deletion import OrganizationDeletion  # noqa: PLC0415
     from .instances import InstanceService, StoreInstanceDirectory  # noqa: PLC0415
     from .tunnels import StoreTunnelDirectory, TunnelService  # noqa: PLC0415
 
@@ -120,7 +125,11 @@ async def _serve(
     # Hosts the store has live instances on: each gets the host-lost grace until it links.
     expected = {i.host_id for i in await store.list_live_instances() if i.host_id is not None}
     async with (
-        open_connector_hub(StoreTunnelDirectory(store), quick_grace=quick_grace) as connectors,
+        open_connector_hub(
+            StoreTunnelDirectory(store),
+            quick_grace=quick_grace,
+            max_connectors=config.max_connectors_per_tunnel,
+        ) as connectors,
         open_edge(
             tokens, send_events, directory, connectors, grace=host_grace, expected=expected
         ) as edge,
@@ -137,6 +146,15 @@ async def _serve(
             home_region=config.region,
         )
         await nursery.start(service.run)
+        nursery.start_soon(
+            partial(
+                drop_revoked_hosts,
+                tokens,
+                lambda: [h.id for h in edge.hosts()],
+                edge.drop,
+                interval=host_token_recheck,
+            )
+        )
         links: dict[str, RawASGI] = {HOST_PATH: edge, CONNECTOR_PATH: connectors}
         link_port = None
         raw_link = None
@@ -146,7 +164,9 @@ async def _serve(
                 config.link_listen.host, config.link_listen.port, ssl_context=_link_tls(config)
             )
             raw_link = advertised_raw_link(config, link_port)
-        gateway = InstanceGateway(edge, directory, raw_link=raw_link)
+        gateway = InstanceGateway(
+            edge, directory, raw_link=raw_link, max_streams=config.max_streams_per_instance
+        )
         if listeners is not None:
             raw_routes: dict[str, RawRoute] = {
                 HOST_PATH: edge.serve_upgrade,
@@ -154,15 +174,19 @@ async def _serve(
                 INSTANCES_PREFIX: gateway.serve_upgrade,  # adb only, there
             }
             await nursery.start(serve_raw_links, listeners, raw_routes)
+        state = api_state(
+            store,
+            config,
+            instances=service,
+            tunnels=tunnel_service,
+            hosts=edge,
+            connectors=connectors,
+        )
+        # deletions a crash interrupted finish now (they end instances on linked hosts)
+        deletion = OrganizationDeletion(store, service, tunnel_service, state.assets)
+        nursery.start_soon(deletion.resume_deletions)
         await serve_api(
-            api_state(
-                store,
-                config,
-                instances=service,
-                tunnels=tunnel_service,
-                hosts=edge,
-                connectors=connectors,
-            ),
+            state,
             shutdown_trigger=shutdown_trigger,
             websockets=dict(links),
             link_port=link_port,

@@ -208,6 +208,15 @@ class ConnectorHub:
         for connector in entry.connectors():
             await self._kick(connector, str(reason), _GO_AWAY[reason], str(reason))
 
+    async def end_organization(self, org_id: str) -> int:
+        """Kicks every connector of *org_id*'s tunnels as if each tunnel were deleted (the
+        organization's deletion); returns how many tunnels had connectors."""
+        entries = [e for e in self._tunnels.values() if e.tunnel.org_id == org_id]
+        for entry in entries:
+            await self.on_tunnel_ended(entry.tunnel, EndReason.DELETED)
+        await trio.lowlevel.checkpoint()
+        return len(entries)
+
     async def open_tunnel_stream(
         self,
         org_id: str,

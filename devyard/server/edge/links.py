@@ -115,6 +115,12 @@ class Edge:
     def hosts(self) -> list[HostInfo]:
         return [attrs.evolve(link.info, running=len(link.running)) for link in self._links.values()]
 
+    def drop(self, host_id: str) -> None:
+        """Closes *host_id*'s link (its token was revoked); its instances get the grace."""
+        link = self._links.get(host_id)
+        if link is not None:
+            link.closed.set()
+
     async def start_instance(self, host_id: str, order: InstanceOrder) -> None:
         link = self._links.get(host_id)
         if link is None:

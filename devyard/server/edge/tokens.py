@@ -7,21 +7,44 @@ of each token is kept, one ``<key id> <sha256 hex>`` line per token in ``DATA_DI
 (mode 0600), beside
 the admin key file: host tokens are operator credentials, not organization data, so they live
 with the server's other local secrets instead of in the store (docs/edge.md).
+
+Operators list, revoke and rotate them (``devyard admin host-token list|revoke|rotate``): a
+revoke removes the line, a rotation replaces the hash with a new token's of the same key id (so
+the host keeps its id). The running server notices within `RECHECK_INTERVAL`
+(`drop_revoked_hosts`): the link of a host whose token is gone is closed, and its reconnect is
+refused with 401, which the host daemon takes as permanent. A rotated host's link stays up (it
+authenticated when it linked); its next link needs the new token.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import os
+import secrets
+import tempfile
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Final
+from typing import Final, NoReturn
 
-from ..store.tokens import PREFIXES, TokenKind, new_token
+import trio
 
-__all__ = ["HOST_TOKENS_FILE", "HostTokens", "create_host_token", "host_id_of"]
+from ..store.tokens import PREFIXES, TokenKind, new_token, token_from
+
+__all__ = [
+    "HOST_TOKENS_FILE",
+    "RECHECK_INTERVAL",
+    "HostTokens",
+    "create_host_token",
+    "drop_revoked_hosts",
+    "host_id_of",
+]
+
+log = logging.getLogger(__name__)
 
 HOST_TOKENS_FILE: Final = "host-tokens"
+RECHECK_INTERVAL: Final = 2.0  # seconds between the edge's checks for revoked host tokens
 _PREFIX: Final = PREFIXES[TokenKind.HOST_TOKEN] + "_"
 
 
@@ -31,6 +54,10 @@ def _digest(token: str) -> str:
 
 def host_id_of(key_id: str) -> str:
     return f"host_{key_id}"
+
+
+def _key_id_of(host_id: str) -> str:
+    return host_id.removeprefix("host_")
 
 
 class HostTokens:
@@ -54,6 +81,41 @@ class HostTokens:
                 entries[parts[0]] = parts[1]
         return entries
 
+    def host_ids(self) -> list[str]:
+        """The hosts with a live token, in file order. Blocking (reads a small file)."""
+        return [host_id_of(key_id) for key_id in self._entries()]
+
+    def revoke(self, host_id: str) -> bool:
+        """Removes *host_id*'s token; False when it has none. Blocking."""
+        entries = self._entries()
+        if entries.pop(_key_id_of(host_id), None) is None:
+            return False
+        self._write(entries)
+        return True
+
+    def rotate(self, host_id: str) -> str | None:
+        """A new token for *host_id* (same host id), the old one dead; None when it has no
+        token. The token is shown once. Blocking."""
+        entries = self._entries()
+        key_id = _key_id_of(host_id)
+        if key_id not in entries:
+            return None
+        token = token_from(TokenKind.HOST_TOKEN, key_id, secrets.randbits(256))
+        entries[key_id] = _digest(token)
+        self._write(entries)
+        return token
+
+    def _write(self, entries: dict[str, str]) -> None:
+        """Replaces the file atomically (mode 0600): a reader sees the old or the new list."""
+        fd, temp = tempfile.mkstemp(dir=self.path.parent, prefix=".host-tokens.")
+        try:
+            with os.fdopen(fd, "w") as out:
+                out.writelines(f"{k} {v}\n" for k, v in entries.items())
+            os.replace(temp, self.path)
+        except BaseException:
+            Path(temp).unlink(missing_ok=True)
+            raise
+
     def verify(self, token: str) -> str | None:
         """The host id *token* stands for, or None. Blocking (reads a small file)."""
         if not token.startswith(_PREFIX):
@@ -76,3 +138,28 @@ def create_host_token(path: Path) -> tuple[str, str]:
     with os.fdopen(fd, "a") as out:
         out.write(f"{key_id} {_digest(token)}\n")
     return host_id_of(key_id), token
+
+
+async def drop_revoked_hosts(
+    tokens: HostTokens,
+    linked: Callable[[], Iterable[str]],
+    drop: Callable[[str], None],
+    *,
+    interval: float = RECHECK_INTERVAL,
+) -> NoReturn:
+    """Every *interval*, closes (*drop*) the link of each *linked* host whose token was
+    revoked; runs until cancelled. A file that cannot be read is logged and tried again."""
+    while True:
+        await trio.sleep(interval)
+        hosts = list(linked())
+        if not hosts:
+            continue
+        try:
+            live = set(await trio.to_thread.run_sync(tokens.host_ids))
+        except OSError as exc:
+            log.warning("cannot read the host tokens (%s); links are kept", exc)
+            continue
+        for host_id in hosts:
+            if host_id not in live:
+                log.warning("host %s: its token was revoked; closing its link", host_id)
+                drop(host_id)

@@ -8,8 +8,9 @@ timeout deadlines, which `run` rebuilds from the live rows when it starts (a res
 a fresh inactivity period).
 
 Creation never leaves an instance stuck in ``creating``: placement fails *before* a row is
-written when no host has room (`NoCapacity`), and an order that no host accepts terminates
-the row with ``Error`` before the caller hears `NoCapacity`. Ending an instance writes the
+written when no host has room (`NoCapacity`; placement and the hold on the chosen host's slot
+are one step, with no await between, so concurrent creates never share a free slot), and an
+order that no host accepts terminates the row with ``Error``. Ending an instance writes the
 row first (state), then tells the host under a bounded, shielded grace.
 
 Timeouts and host events run in `run`, owned by the server's nursery: one task sleeps until
@@ -78,6 +79,7 @@ ORDER_BUFFER: Final = 64  # orders waiting for `run` to hand them out (create wa
 #: errorMessage of an instance its host no longer runs when it links again
 NOT_ON_HOST_AFTER_RESTART: Final = "the host restarted and no longer runs this device"
 ORDER_LOST_IN_RESTART: Final = "the server restarted before a host took the order"
+ORG_DELETED: Final = "the organization was deleted"
 
 
 class EmptyRegistry:
@@ -170,7 +172,6 @@ class InstanceService:
         control plane without an edge); *tunnels* says whether a tunnel is held (none: every
         tunnel is offline); *activity* is where the edge records client traffic."""
         self._store = store
-        self.store = store  # read by the API's instance routes
         self._registry = registry
         self._events = events
         self._tunnels = tunnels
@@ -184,6 +185,12 @@ class InstanceService:
         # Orders go to hosts from `run`'s nursery (create answers at once, with creating).
         self._orders, self._order_queue = trio.open_memory_channel[_Delivery](ORDER_BUFFER)
         self._delivering: dict[str, str] = {}  # instance id -> host its order is on its way to
+        # Capacity held for creates and orders the registry does not count yet: reservation
+        # (or instance) id -> host. Taken in the same step as placement (no await between), so
+        # concurrent creates never see the same free slot; dropped in the same step as the
+        # registry starts counting the order (`start_instance` counts it before it awaits).
+        self._reserved: dict[str, str] = {}
+        self._reservations = 0
         self._ordered_at: dict[str, float] = {}  # instance id -> when its host took the order
 
     def __repr__(self) -> str:
@@ -193,6 +200,8 @@ class InstanceService:
     async def create(
         self, organization: Organization, new: NewInstance, *, reuse: bool
     ) -> Instance:
+        if organization.deleting:  # a deletion is under way: the organization is gone
+            raise store_errors.NotFound("organization", organization.id)
         spec = normalise_spec(new.spec, organization)
         tunnel = await self._tunnel_for(organization.id, new.platform, spec.get("tunnel"))
         request = _placement_request(new)
@@ -206,22 +215,29 @@ class InstanceService:
                 if found is not None:
                     return found
             raise
-        if reuse:
-            found = await self._find_live(organization.id, new, placement.region)
-            if found is not None:
-                return found
-        token = tokens.new_secret(INSTANCE_TOKEN_PREFIX).plaintext
-        stream_token = tokens.new_secret(STREAM_TOKEN_PREFIX).plaintext
-        instance = await self._store.create_instance(
-            org_id=organization.id,
-            platform=new.platform,
-            region=placement.region,
-            labels=new.labels,
-            spec=spec,
-            display_name=new.display_name,
-            token=token,
-            stream_token=stream_token,
-        )
+        self._reservations += 1
+        hold = f"reservation-{self._reservations}"
+        self._reserved[hold] = placement.hosts[0].id  # no await since `place`: atomic
+        try:
+            if reuse:
+                found = await self._find_live(organization.id, new, placement.region)
+                if found is not None:
+                    return found
+            token = tokens.new_secret(INSTANCE_TOKEN_PREFIX).plaintext
+            stream_token = tokens.new_secret(STREAM_TOKEN_PREFIX).plaintext
+            instance = await self._store.create_instance(
+                org_id=organization.id,
+                platform=new.platform,
+                region=placement.region,
+                labels=new.labels,
+                spec=spec,
+                display_name=new.display_name,
+                token=token,
+                stream_token=stream_token,
+            )
+            self._reserved[instance.id] = self._reserved.pop(hold)
+        finally:
+            self._reserved.pop(hold, None)
         order = InstanceOrder(
             instance_id=instance.id,
             organization_id=organization.id,
@@ -258,6 +274,8 @@ class InstanceService:
                 if instance_id not in self._deadlines:  # ended meanwhile (a delete)
                     return
                 self._delivering[instance_id] = host_id
+                # The registry counts the order from its first step on: the hold goes now.
+                self._reserved.pop(instance_id, None)
                 try:
                     await self._registry.start_instance(host_id, delivery.order)
                 except HostUnavailableError:
@@ -279,10 +297,12 @@ class InstanceService:
 
     def _unpend(self, instance_id: str) -> None:
         self._delivering.pop(instance_id, None)
+        self._reserved.pop(instance_id, None)
 
     def _hosts(self) -> list[HostInfo]:
-        """Connected hosts, counting orders on their way to them as running (placement)."""
-        on_the_way = Counter(self._delivering.values())
+        """Connected hosts, counting the capacity held for creates and queued orders as
+        running (placement)."""
+        on_the_way = Counter(self._reserved.values())
         return [
             attrs.evolve(h, running=h.running + on_the_way[h.id]) for h in self._registry.hosts()
         ]
@@ -355,6 +375,16 @@ class InstanceService:
         if not instance.live:
             return instance
         return await self._end(instance_id, TerminationReason.USER_REQUESTED, None)
+
+    async def end_organization(self, org_id: str) -> int:
+        """Ends every live instance of *org_id* (its deletion): terminated, its host told, its
+        capacity freed. Idempotent; returns how many it ended."""
+        ended = 0
+        for instance in await self._store.list_live_instances():
+            if instance.org_id == org_id:
+                await self._end(instance.id, TerminationReason.USER_REQUESTED, ORG_DELETED)
+                ended += 1
+        return ended
 
     async def _end(
         self, instance_id: str, reason: TerminationReason, error_message: str | None

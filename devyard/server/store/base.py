@@ -106,6 +106,9 @@ class Organization:
     name: str
     created_at: datetime
     settings: OrganizationSettings = DEFAULT_SETTINGS
+    # set once a deletion started: its instances, tunnels and assets are being ended; the row
+    # (and with it keys, tokens, memberships) goes last (`OrganizationDeletion`)
+    deleting: bool = False
 
 
 @attrs.frozen
@@ -384,6 +387,9 @@ class Store(Protocol):
 
     async def delete_organization(self, org_id: str) -> Organization:
         """Deletes it with its memberships and API keys; returns what was deleted."""
+
+    async def mark_organization_deleting(self, org_id: str) -> Organization:
+        """Marks a deletion under way (idempotent); NotFound when it is gone."""
 
     # -- users -----------------------------------------------------------------------------
     async def create_user(self, name: str, *, email: str | None = None) -> User:

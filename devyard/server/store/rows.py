@@ -37,6 +37,7 @@ def organization(row: Row) -> Organization:
             inactivity_timeout_s=int(row["inactivity_timeout_s"]),
             iphone_duo_enabled=bool(row["iphone_duo_enabled"]),
         ),
+        deleting=row["deleting_at"] is not None,
     )
 
 

@@ -269,4 +269,9 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
             "CREATE INDEX audit_events_by_org ON audit_events (org_id, id)",
         ),
     ),
+    Migration(
+        7,
+        "organizations: deleting_at marks a deletion under way (resumed after a crash)",
+        ("ALTER TABLE organizations ADD COLUMN deleting_at {timestamp}",),
+    ),
 )

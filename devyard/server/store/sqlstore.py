@@ -51,8 +51,8 @@ __all__ = ["SqlStore", "utc_now"]
 T = TypeVar("T")
 
 _ORG: Final = (
-    "SELECT o.id, o.name, o.created_at, o.inactivity_timeout_s, o.iphone_duo_enabled"
-    " FROM organizations o"
+    "SELECT o.id, o.name, o.created_at, o.inactivity_timeout_s, o.iphone_duo_enabled,"
+    " o.deleting_at FROM organizations o"
 )
 _USER: Final = "SELECT u.id, u.name, u.email, u.created_at FROM users u"
 _MEMBERSHIP: Final = "SELECT org_id, user_id, role, created_at FROM memberships"
@@ -170,6 +170,19 @@ class SqlStore(SqlInstances, SqlTunnels, SqlAssets, SqlScopedTokens, SqlUsage, S
             return org
 
         return await self._db.write(delete)
+
+    async def mark_organization_deleting(self, org_id: str) -> Organization:
+        def mark(tx: Tx) -> Organization:
+            org = _get_org(tx, org_id, lock=True)
+            if org.deleting:
+                return org
+            tx.execute(
+                "UPDATE organizations SET deleting_at = :now WHERE id = :id",
+                {"id": org_id, "now": self._now()},
+            )
+            return attrs.evolve(org, deleting=True)
+
+        return await self._db.write(mark)
 
     # -- users -----------------------------------------------------------------------------
     async def create_user(self, name: str, *, email: str | None = None) -> User:

@@ -112,6 +112,10 @@ class TunnelHub(Protocol):
     async def on_tunnel_ended(self, tunnel: Tunnel, reason: EndReason) -> None:
         """Token or tunnel gone: every connector gets a permanent error and is closed."""
 
+    async def end_organization(self, org_id: str) -> int:
+        """The organization is deleted: every connector of its tunnels is told (as for a
+        deleted tunnel) and closed, whether or not its tunnel's row is still there."""
+
 
 class TunnelConnections(TunnelHub, Protocol):
     """The edge's data path into tunnels (``BoundServer.tunnels``), for the instances service
@@ -306,6 +310,21 @@ class TunnelService:
     async def authenticate(self, token: str) -> Tunnel:
         """The tunnel a connector's token opens; TokenInvalid or TokenExpired otherwise."""
         return await self._directory.authenticate(token)
+
+    async def end_organization(self, org_id: str) -> int:
+        """Deletes every tunnel of *org_id* (their tokens stop working) and closes every
+        connector of the organization, also one of a tunnel whose row went in an earlier,
+        interrupted attempt. Idempotent; returns how many tunnels it deleted."""
+        deleted = 0
+        for tunnel in await self.store.list_tunnels(org_id):
+            try:
+                await self.delete(org_id, tunnel.name)
+            except store_errors.NotFound:
+                continue  # deleted meanwhile
+            deleted += 1
+        if self._hub is not None:
+            await self._hub.end_organization(org_id)
+        return deleted
 
     async def _tell_ended(self, tunnel: Tunnel, reason: EndReason) -> None:
         if self._hub is not None:

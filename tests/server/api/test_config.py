@@ -105,3 +105,18 @@ def test_passwords_never_reach_a_repr() -> None:
     assert "hunter2" not in repr(config)
     assert redact_url(url) == "postgresql://devyard:***@db.example/devyard"
     assert redact_url("postgresql://db.example/x") == "postgresql://db.example/x"
+
+
+def test_the_edge_caps_come_from_the_config(tmp_path: Path) -> None:
+    config = load_server_config(flags={"data_dir": str(tmp_path)})
+    assert (config.max_connectors_per_tunnel, config.max_streams_per_instance) == (8, 16)
+    env = {"DEVYARD_MAX_CONNECTORS_PER_TUNNEL": "3", "DEVYARD_MAX_STREAMS_PER_INSTANCE": "5"}
+    config = load_server_config(flags={"data_dir": str(tmp_path)}, env=env)
+    assert (config.max_connectors_per_tunnel, config.max_streams_per_instance) == (3, 5)
+    for bad in ("0", "-1", "many"):
+        with pytest.raises(ConfigError, match="DEVYARD_MAX_STREAMS_PER_INSTANCE"):
+            load_server_config(
+                flags={"data_dir": str(tmp_path)}, env={"DEVYARD_MAX_STREAMS_PER_INSTANCE": bad}
+            )
+    with pytest.raises(ValueError, match="max_connectors_per_tunnel"):
+        ServerConfig(data_dir=tmp_path, max_connectors_per_tunnel=0)

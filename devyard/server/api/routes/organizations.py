@@ -10,6 +10,7 @@ from __future__ import annotations
 import attrs
 from quart import Blueprint, Response, jsonify
 
+from ...deletion import OrganizationDeletion
 from ...store import errors as store_errors
 from ...store.base import FeedbackKind, Member, Role
 from .._errors import Conflict, Unprocessable
@@ -58,8 +59,12 @@ async def update_organization(organizationId: str) -> Response:
 
 @blueprint.delete("/organizations/<organizationId>")
 async def delete_organization(organizationId: str) -> Response:
+    """Ends everything of the organization, then deletes it (`deletion`); a retry after a
+    failure resumes where the failed attempt stopped."""
     caller = same_organization(organizationId)
-    deleted = await state().store.delete_organization(caller.org_id)
+    api = state()
+    deletion = OrganizationDeletion(api.store, api.instances, api.tunnels, api.assets)
+    deleted = await deletion.delete(caller.org_id)
     return jsonify(organization_view(deleted))
 
 
