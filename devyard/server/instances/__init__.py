@@ -9,7 +9,8 @@ from .directory import StoreInstanceDirectory
 from .durations import DurationTooLong, InvalidDuration, format_duration, parse_duration
 from .lifecycle import IllegalTransition, LifecycleEvent, expected_for, next_state
 from .placement import ClientLocation, NoCapacity, RegionInfo, UnknownPlacement
-from .service import EmptyRegistry, InstanceService, NewInstance
+from .requests import NewInstance
+from .service import EmptyRegistry, InstanceService
 
 __all__ = [
     "ClientLocation",

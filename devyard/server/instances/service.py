@@ -50,16 +50,10 @@ from ..hosts import (
 from ..store import errors as store_errors
 from ..store import tokens
 from ..store.base import Instance, InstanceState, Organization, Platform, Store, TerminationReason
-from .durations import format_duration, parse_duration
+from .durations import parse_duration
 from .lifecycle import IllegalTransition, LifecycleEvent, expected_for, next_state
-from .placement import (
-    ClientLocation,
-    NoCapacity,
-    PlacementRequest,
-    RegionInfo,
-    place,
-    preferred_region,
-)
+from .placement import NoCapacity, RegionInfo, place, preferred_region
+from .requests import NewInstance, normalise_spec, os_version, placement_request
 
 log = logging.getLogger(__name__)
 
@@ -98,19 +92,6 @@ class EmptyRegistry:
 
 
 @attrs.frozen
-class NewInstance:
-    """A create request, already checked against the document."""
-
-    platform: Platform
-    labels: dict[str, str]
-    display_name: str | None
-    spec: dict[str, Any]
-    client_ip: str | None = None
-    # spec.initialAssets resolved by the API: one entry per file with a download URL
-    initial_assets: tuple[dict[str, Any], ...] = ()
-
-
-@attrs.frozen
 class _Delivery:
     order: InstanceOrder
     hosts: tuple[str, ...]  # placement's choice, best first
@@ -121,38 +102,6 @@ class _Deadlines:
     inactivity_s: int
     hard_at: float | None  # trio time
     idle_since: float | None = None  # trio time of ready or last touch; None until ready
-
-
-def _placement_request(new: NewInstance) -> PlacementRequest:
-    spec = new.spec
-    client_ip, location = new.client_ip, None
-    for clue in spec.get("clues", []):
-        if clue.get("kind") == "ClientIP" and clue.get("clientIp"):
-            client_ip = clue["clientIp"]
-        elif clue.get("kind") == "ClientLocation":
-            location = ClientLocation(float(clue["latitude"]), float(clue["longitude"]))
-    return PlacementRequest(
-        platform=new.platform.value,
-        region=spec.get("region"),
-        jurisdiction=spec.get("jurisdiction"),
-        client_ip=client_ip,
-        client_location=location,
-    )
-
-
-def normalise_spec(spec: dict[str, Any], organization: Organization) -> dict[str, Any]:
-    """The spec as stored and echoed: timeouts parsed (InvalidDuration names the field) and
-    written back normalised, the inactivity default filled from the organization (also for
-    ``0``, as the SDKs document it: an instance always has an inactivity timeout)."""
-    out = dict(spec)
-    inactivity = out.get("inactivityTimeout")
-    seconds = 0 if inactivity is None else parse_duration("spec.inactivityTimeout", inactivity)
-    seconds = seconds or organization.settings.inactivity_timeout_s
-    out["inactivityTimeout"] = format_duration(seconds)
-    out["hardTimeout"] = format_duration(
-        parse_duration("spec.hardTimeout", out.get("hardTimeout", "0"))
-    )
-    return out
 
 
 class InstanceService:
@@ -204,7 +153,7 @@ class InstanceService:
             raise store_errors.NotFound("organization", organization.id)
         spec = normalise_spec(new.spec, organization)
         tunnel = await self._tunnel_for(organization.id, new.platform, spec.get("tunnel"))
-        request = _placement_request(new)
+        request = placement_request(new)
         hosts = self._hosts()
         try:
             placement = place(self._regions, hosts, request, home=self._home)
@@ -243,7 +192,7 @@ class InstanceService:
             organization_id=organization.id,
             platform=new.platform.value,
             model=spec.get("model"),
-            os_version=_os_version(spec),
+            os_version=os_version(spec),
             spec=spec,
             initial_assets=new.initial_assets,
             tunnel=tunnel,
@@ -627,11 +576,3 @@ def _placed_on(instance: Instance, delivering: str | None, host_id: str) -> bool
     if instance.host_id is not None:
         return instance.host_id == host_id
     return delivering == host_id
-
-
-def _os_version(spec: dict[str, Any]) -> str | None:
-    for clue in spec.get("clues", []):
-        if clue.get("kind") == "OSVersion":
-            value = clue.get("osVersion")
-            return None if value is None else str(value)
-    return None

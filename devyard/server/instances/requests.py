@@ -1,0 +1,69 @@
+"""What a create asks for, before the service acts on it: `NewInstance`, the stored form of its
+spec (`normalise_spec`), and what placement and the host's order read from it. Pure: no trio,
+no store.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+from ..store.base import Organization, Platform
+from .durations import format_duration, parse_duration
+from .placement import ClientLocation, PlacementRequest
+
+__all__ = ["NewInstance", "normalise_spec", "os_version", "placement_request"]
+
+
+@attrs.frozen
+class NewInstance:
+    """A create request, already checked against the document."""
+
+    platform: Platform
+    labels: dict[str, str]
+    display_name: str | None
+    spec: dict[str, Any]
+    client_ip: str | None = None
+    # spec.initialAssets resolved by the API: one entry per file with a download URL
+    initial_assets: tuple[dict[str, Any], ...] = ()
+
+
+def placement_request(new: NewInstance) -> PlacementRequest:
+    spec = new.spec
+    client_ip, location = new.client_ip, None
+    for clue in spec.get("clues", []):
+        if clue.get("kind") == "ClientIP" and clue.get("clientIp"):
+            client_ip = clue["clientIp"]
+        elif clue.get("kind") == "ClientLocation":
+            location = ClientLocation(float(clue["latitude"]), float(clue["longitude"]))
+    return PlacementRequest(
+        platform=new.platform.value,
+        region=spec.get("region"),
+        jurisdiction=spec.get("jurisdiction"),
+        client_ip=client_ip,
+        client_location=location,
+    )
+
+
+def normalise_spec(spec: dict[str, Any], organization: Organization) -> dict[str, Any]:
+    """The spec as stored and echoed: timeouts parsed (InvalidDuration names the field) and
+    written back normalised, the inactivity default filled from the organization (also for
+    ``0``, as the SDKs document it: an instance always has an inactivity timeout)."""
+    out = dict(spec)
+    inactivity = out.get("inactivityTimeout")
+    seconds = 0 if inactivity is None else parse_duration("spec.inactivityTimeout", inactivity)
+    seconds = seconds or organization.settings.inactivity_timeout_s
+    out["inactivityTimeout"] = format_duration(seconds)
+    out["hardTimeout"] = format_duration(
+        parse_duration("spec.hardTimeout", out.get("hardTimeout", "0"))
+    )
+    return out
+
+
+def os_version(spec: dict[str, Any]) -> str | None:
+    for clue in spec.get("clues", []):
+        if clue.get("kind") == "OSVersion":
+            value = clue.get("osVersion")
+            return None if value is None else str(value)
+    return None
