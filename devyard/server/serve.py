@@ -55,12 +55,16 @@ def store_target(config: ServerConfig) -> str:
 
 
 def _make_data_dir(config: ServerConfig) -> None:
+    """The data dir, 0700 even when it existed with looser bits: it holds the SQLite file, the
+    blobs, the asset signing key, host token hashes and the admin key, none of them for other
+    local users (what is inside then needs no bits of its own)."""
     config.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    config.data_dir.chmod(0o700)
 
 
 @asynccontextmanager
 async def open_configured_store(config: ServerConfig) -> AsyncIterator[Store]:
-    """The store of *config*, migrated; the data directory is created (0700) if missing."""
+    """The store of *config*, migrated; the data directory is created, and made 0700."""
     await trio.to_thread.run_sync(_make_data_dir, config)
     async with open_store(store_target(config)) as store:
         yield store
