@@ -8,8 +8,10 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import attrs
+import httpx
 import trio
 
 DEVYARD = [sys.executable, "-m", "devyard"]
@@ -78,3 +80,18 @@ async def run(
         capture_stderr=True,
         check=False,
     )
+
+
+async def create_ready_android(http: httpx.AsyncClient, seconds: float = 120) -> dict[str, Any]:
+    """A ready Android instance from `devyard up` (*http* carries the API key): 409 until its
+    companion host daemon has registered, so retry that, for at most *seconds*."""
+    with trio.fail_after(seconds):
+        while True:
+            created = await http.post("/v1/android_instances", params={"wait": "true"}, json={})
+            if created.status_code != 409:
+                break
+            await trio.sleep(0.1)
+    assert created.status_code == 200, created.text
+    body: dict[str, Any] = created.json()
+    assert body["status"]["state"] == "ready", body
+    return body

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import signal
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -16,7 +15,7 @@ import trio
 
 from devyard.server.instances.service import NOT_ON_HOST_AFTER_RESTART
 
-from ._cli import Running, clean_env, start
+from ._cli import Running, clean_env, create_ready_android, start
 
 pytestmark = pytest.mark.slow
 
@@ -27,18 +26,6 @@ async def _up(data: Path, cwd: Path) -> tuple[Running, str]:
     return up, url
 
 
-async def _create_ready(http: httpx.AsyncClient) -> dict[str, Any]:
-    while True:  # until the companion host daemon has registered, there is no capacity
-        created = await http.post("/v1/android_instances", params={"wait": "true"}, json={})
-        if created.status_code != 409:
-            break
-        await trio.sleep(0.1)
-    assert created.status_code == 200, created.text
-    body: dict[str, Any] = created.json()
-    assert body["status"]["state"] == "ready", body
-    return body
-
-
 @pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM])
 async def test_an_instance_of_a_restarted_up_is_not_ready(tmp_path: Path, signum: int) -> None:
     data = tmp_path / "data"
@@ -47,7 +34,7 @@ async def test_an_instance_of_a_restarted_up_is_not_ready(tmp_path: Path, signum
         auth = {"Authorization": f"Bearer {(data / 'admin-api-key').read_text().strip()}"}
         try:
             async with httpx.AsyncClient(base_url=url, headers=auth, timeout=60) as http:
-                iid = (await _create_ready(http))["metadata"]["id"]
+                iid = (await create_ready_android(http))["metadata"]["id"]
         finally:
             up.process.send_signal(signum)
             await up.process.wait()

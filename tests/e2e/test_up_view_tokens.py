@@ -15,7 +15,7 @@ import httpx
 import trio
 import trio_websocket
 
-from ._cli import clean_env, start
+from ._cli import clean_env, create_ready_android, start
 
 _TOUCH = {"type": "touch", "pointerId": 0, "action": "down", "x": 0.5, "y": 0.5}
 
@@ -74,13 +74,7 @@ async def _scenario(url: str, key: str) -> None:
     async with httpx.AsyncClient(
         base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=60
     ) as http:
-        while True:  # until the companion host daemon has registered, there is no capacity
-            created = await http.post("/v1/android_instances", params={"wait": "true"}, json={})
-            if created.status_code != 409:
-                break
-            await trio.sleep(0.1)
-        assert created.status_code == 200, created.text
-        instance = created.json()
+        instance = await create_ready_android(http)
         iid, org = instance["metadata"]["id"], instance["metadata"]["organizationId"]
         device = {"Authorization": f"Bearer {instance['status']['token']}"}
         endpoint = instance["status"]["endpointWebSocketUrl"]

@@ -20,21 +20,9 @@ import pytest
 import trio
 import trio_websocket
 
-from tests.e2e._cli import DEVYARD, Running, clean_env, run
+from tests.e2e._cli import DEVYARD, Running, clean_env, create_ready_android, run
 
 _DEEP: int = 100_000
-
-
-async def _create(http: httpx.AsyncClient) -> dict[str, Any]:
-    while True:  # until the companion host daemon has registered, there is no capacity
-        created = await http.post("/v1/android_instances", params={"wait": "true"}, json={})
-        if created.status_code != 409:
-            break
-        await trio.sleep(0.1)
-    assert created.status_code == 200, created.text
-    body: dict[str, Any] = created.json()
-    assert body["status"]["state"] == "ready", body
-    return body
 
 
 async def _screenshot(instance: dict[str, Any]) -> bytes:
@@ -100,8 +88,8 @@ async def test_bad_input_on_one_instance_leaves_the_host_link_up(tmp_path: Path)
                 for k in (acme_key, beta_key)
             ]  # fmt: skip
             async with clients[0] as acme, clients[1] as beta_http:
-                attacked = await _create(acme)
-                bystander = await _create(beta_http)
+                attacked = await create_ready_android(acme)
+                bystander = await create_ready_android(beta_http)
                 await _screenshot(bystander)
 
                 await _nested_json_on_the_stream(attacked)
