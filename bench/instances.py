@@ -143,7 +143,8 @@ async def _creates(http: httpx.AsyncClient, count: int) -> dict[str, list[float]
             if (await http.post("/v1/android_instances", json={})).status_code != 409:
                 break
             await trio.sleep(0.05)
-    for leftover in (await http.get("/v1/android_instances?state=creating,assigned,ready")).json()["items"]:
+    live = await http.get("/v1/android_instances?state=creating,assigned,ready")
+    for leftover in live.json()["items"]:
         await http.delete(f"/v1/android_instances/{leftover['id']}")
     found: dict[str, list[float]] = {"create_ready": [], "create": [], "no_capacity": []}
     for _ in range(count):
