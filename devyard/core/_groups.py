@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["collapse_single_group"]
+__all__ = ["collapse_single_group", "leaves"]
 
 
 @contextmanager
@@ -28,3 +28,11 @@ def collapse_single_group() -> Iterator[None]:
         finally:
             inner.__context__ = context
             del inner
+
+
+def leaves(exc: BaseException) -> list[BaseException]:
+    """The plain exceptions in *exc*: itself, or those of a group and its nested groups (each
+    nursery between the raise and the handler adds a level)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in leaves(inner)]
+    return [exc]

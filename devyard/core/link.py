@@ -31,6 +31,7 @@ from typing import Any, Final, TypeVar
 import trio
 
 from ._errors import MuxError
+from ._groups import leaves
 from .backoff import Backoff
 from .channel import ControlChannel
 from .session import Session, open_session
@@ -154,12 +155,6 @@ def find_in_group(
     return None
 
 
-def _leaves(exc: BaseException) -> list[BaseException]:
-    if isinstance(exc, BaseExceptionGroup):
-        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
-    return [exc]
-
-
 def describe(exc: BaseException) -> str:
     """A one-line account of why a link ended (groups of one unwrapped, causes followed)."""
     if isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
@@ -257,7 +252,7 @@ async def run_link(
                 raise permanent from None
             lost = find_in_group(exc, LinkLost, lambda e: e.retry_now)
             retry_now = lost is not None
-            unexpected = any(not isinstance(e, _EXPECTED) for e in _leaves(exc))
+            unexpected = any(not isinstance(e, _EXPECTED) for e in leaves(exc))
             log.warning("%slink to %s lost: %s", label(), url, describe(exc), exc_info=unexpected)
             if on_lost is not None:
                 on_lost(exc)

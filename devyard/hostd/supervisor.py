@@ -31,6 +31,7 @@ import attrs
 import trio
 
 from ..core import OpenError
+from ..core._groups import leaves
 from ..core.selectors import parse_selectors
 from .drivers import (
     AndroidDevice,
@@ -66,14 +67,6 @@ class LinkDown(ConnectionError):
 #: Opens an ``egress`` stream to the edge for an instance (docs/protocol.md 6) with the open
 #: request's extra *fields*; raises `LinkDown` without a link, `OpenError` when refused.
 EgressDialer = Callable[[str, dict[str, Any]], Awaitable[trio.abc.Stream]]
-
-
-def _leaves(group: BaseExceptionGroup[Any]) -> list[BaseException]:
-    """The exceptions in *group* and its nested groups (each nursery adds a level)."""
-    leaves: list[BaseException] = []
-    for exc in group.exceptions:
-        leaves.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
-    return leaves
 
 
 @attrs.define
@@ -291,10 +284,10 @@ class Supervisor:
                     tasks.cancel_scope.cancel()
                 network.cancel_scope.cancel()  # the proxy outlives the device
         except* DeviceError as group:  # from the device, its tasks or the proxy's nursery
-            error = "; ".join(str(exc) for exc in _leaves(group))
+            error = "; ".join(str(exc) for exc in leaves(group))
             log.warning("instance %s failed: %s", instance.instance_id, error)
         except* Exception as group:  # a bug in a driver or the proxy: this instance only
-            causes = "; ".join(f"{type(exc).__name__}: {exc}" for exc in _leaves(group))
+            causes = "; ".join(f"{type(exc).__name__}: {exc}" for exc in leaves(group))
             error = "; ".join(filter(None, [error, f"internal error on the host ({causes})"]))
             log.error("instance %s crashed", instance.instance_id, exc_info=group)
         finally:

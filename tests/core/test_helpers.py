@@ -154,3 +154,14 @@ async def test_preamble_without_kind_is_a_protocol_error() -> None:
     await a.send_all(encode_message({"nope": 1}))
     with pytest.raises(RemoteProtocolError, match="kind"):
         await read_open(b)
+
+
+def test_leaves_flattens_nested_groups_in_order() -> None:
+    from devyard.core._groups import leaves  # noqa: PLC0415
+
+    a, b, c = ValueError("a"), KeyError("b"), OSError("c")
+    nested = BaseExceptionGroup(
+        "outer", [a, ExceptionGroup("inner", [b, ExceptionGroup("x", [c])])]
+    )
+    assert leaves(nested) == [a, b, c]
+    assert leaves(a) == [a]
