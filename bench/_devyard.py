@@ -41,7 +41,7 @@ async def start_devyard(
     assert process.stdout is not None
     buffer = b""
     with trio.fail_after(START_TIMEOUT):
-        while (match := re.search(rb"serving at (http://\S+)", buffer)) is None:
+        while (match := re.search(rb"serving at (https?://\S+)", buffer)) is None:
             chunk = await process.stdout.receive_some(4096)
             if not chunk:
                 raise RuntimeError(f"devyard {args[0]} exited before serving")

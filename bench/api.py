@@ -9,7 +9,12 @@ Figures per backend: `whoami_rps` (GET /whoami: key lookup, membership, user, or
 and `list_api_keys_rps` (GET /organizations/{id}/apiKeys with `--keys` keys listed), counting
 200 answers only; any other answer is counted in `errors`. The rate limiter stays on, with a
 limit the load cannot reach, so its cost is in the figures. The last line printed is one JSON
-object: {"bench": "api", "results": {"sqlite": {...}, "postgres": {...}}, ...}.
+object: {"bench": "api", "results": {"sqlite": {...}, "postgres": {...}}, "tls": {...}, ...}.
+
+`--tls` (on by default; `--no-tls` skips it) adds the ``tls`` row: a SQLite server with TLS on
+(its own CA, `tls_self_signed`), GET /whoami from `--tls-concurrency` (50) concurrent clients
+over HTTP/1.1 (a keep-alive connection each) and over HTTP/2 (one connection, multiplexed):
+requests/s and median latency of each, and ``h2_over_h1`` (requests/s ratio).
 """
 
 from __future__ import annotations
@@ -19,15 +24,19 @@ import json
 import os
 import platform
 import signal
+import ssl
+import statistics
 import sys
 import tempfile
 from contextlib import ExitStack
+from pathlib import Path
 from typing import Any, Final
 
 import httpx
 import trio
 
 from bench._devyard import DEVYARD, postgres_url, start_devyard
+from devyard.core.tls import client_context
 
 WARMUP_S: Final = 1.0
 
@@ -49,18 +58,33 @@ async def _bootstrap(store_flags: list[str]) -> str:
     return key
 
 
-async def _load(url: str, key: str, path: str, concurrency: int, duration: float) -> dict[str, Any]:
-    """Requests/s of GET *path* with *concurrency* workers for *duration* seconds."""
+async def _load(
+    url: str,
+    key: str,
+    path: str,
+    concurrency: int,
+    duration: float,
+    *,
+    http2: bool = False,
+    verify: ssl.SSLContext | bool = True,
+) -> dict[str, Any]:
+    """Requests/s and median latency (ms) of GET *path* with *concurrency* workers for
+    *duration* seconds; *http2* multiplexes them on one connection."""
     counts = {"ok": 0, "errors": 0}
+    latencies: list[float] = []
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     headers = {"Authorization": f"Bearer {key}"}
-    async with httpx.AsyncClient(base_url=url, headers=headers, limits=limits) as http:
+    async with httpx.AsyncClient(
+        base_url=url, headers=headers, limits=limits, http2=http2, verify=verify
+    ) as http:
 
         async def worker(counting: bool) -> None:
             while True:
+                sent = trio.current_time()
                 response = await http.get(path)
                 if counting:
                     counts["ok" if response.status_code == 200 else "errors"] += 1
+                    latencies.append(trio.current_time() - sent)
 
         for counting, seconds in ((False, WARMUP_S), (True, duration)):
             start = trio.current_time()
@@ -69,7 +93,49 @@ async def _load(url: str, key: str, path: str, concurrency: int, duration: float
                     for _ in range(concurrency):
                         nursery.start_soon(worker, counting)
             elapsed = trio.current_time() - start
-    return {"rps": round(counts["ok"] / elapsed, 1), "errors": counts["errors"]}
+    p50 = statistics.median(latencies) * 1000 if latencies else None
+    return {
+        "rps": round(counts["ok"] / elapsed, 1),
+        "p50_ms": None if p50 is None else round(p50, 2),
+        "errors": counts["errors"],
+    }
+
+
+async def _measure_tls(data_dir: str, args: argparse.Namespace) -> dict[str, Any]:
+    """GET /whoami over TLS, HTTP/1.1 against HTTP/2, on one SQLite server."""
+    flags = ["--data-dir", data_dir]
+    key = await _bootstrap(flags)
+    env = {**_env(), "DEVYARD_TLS_SELF_SIGNED": "true"}
+    async with trio.open_nursery() as nursery:
+        process, url = await start_devyard(
+            nursery, ["server", *flags, "--listen", "127.0.0.1:0", "--log-level", "warning"], env
+        )
+        try:
+            verify = client_context(Path(data_dir) / "tls" / "ca.pem")
+            n, seconds = args.tls_concurrency, args.duration
+            h1 = await _load(url, key, "/whoami", n, seconds, verify=verify)
+            h2 = await _load(url, key, "/whoami", n, seconds, http2=True, verify=verify)
+        finally:
+            await _stop(process)
+            nursery.cancel_scope.cancel()
+    return {
+        "concurrency": args.tls_concurrency,
+        "http1_rps": h1["rps"],
+        "http1_p50_ms": h1["p50_ms"],
+        "http2_rps": h2["rps"],
+        "http2_p50_ms": h2["p50_ms"],
+        "h2_over_h1": round(h2["rps"] / h1["rps"], 3) if h1["rps"] else None,
+        "errors": h1["errors"] + h2["errors"],
+    }
+
+
+async def _stop(process: trio.Process) -> None:
+    process.send_signal(signal.SIGTERM)
+    with trio.move_on_after(15):
+        await process.wait()
+    if process.returncode is None:
+        process.kill()
+        await process.wait()
 
 
 async def _measure(store_flags: list[str], args: argparse.Namespace) -> dict[str, Any]:
@@ -94,12 +160,7 @@ async def _measure(store_flags: list[str], args: argparse.Namespace) -> dict[str
                 url, key, f"/organizations/{org_id}/apiKeys", args.concurrency, args.duration
             )
         finally:
-            process.send_signal(signal.SIGTERM)
-            with trio.move_on_after(15):
-                await process.wait()
-            if process.returncode is None:
-                process.kill()
-                await process.wait()
+            await _stop(process)
             nursery.cancel_scope.cancel()
     return {
         "whoami_rps": whoami["rps"],
@@ -116,6 +177,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--backends", default="sqlite,postgres", help="comma-separated: sqlite, postgres"
     )
+    parser.add_argument(
+        "--tls",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the tls row: HTTP/1.1 against HTTP/2 over TLS (default on)",
+    )
+    parser.add_argument("--tls-concurrency", type=int, default=50)
     args = parser.parse_args(argv)
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     if not set(backends) <= {"sqlite", "postgres"} or args.duration <= 0 or args.keys < 1:
@@ -139,9 +207,20 @@ def main(argv: list[str]) -> int:
                 f" req/s   errors {results[backend]['errors']}",
                 flush=True,
             )
+        tls = None
+        if args.tls:
+            data_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-api-tls-"))
+            tls = trio.run(_measure_tls, data_dir, args)
+            print(
+                f"     tls: GET /whoami x{tls['concurrency']}  HTTP/1.1 {tls['http1_rps']:>8.1f}"
+                f" req/s p50 {tls['http1_p50_ms']} ms   HTTP/2 {tls['http2_rps']:>8.1f} req/s"
+                f" p50 {tls['http2_p50_ms']} ms   h2/h1 {tls['h2_over_h1']}",
+                flush=True,
+            )
     summary = {
         "bench": "api",
         "results": results,
+        "tls": tls,
         "config": {
             "duration_s": args.duration,
             "concurrency": args.concurrency,
@@ -151,7 +230,7 @@ def main(argv: list[str]) -> int:
         },
     }
     print(json.dumps(summary))
-    failed = any(r is not None and r["errors"] for r in results.values())
+    failed = any(r is not None and r["errors"] for r in [*results.values(), tls])
     return 1 if failed else 0
 
 

@@ -72,6 +72,10 @@ def _server_config(
         "public_url": getattr(args, "public_url", None),
         "listen": getattr(args, "listen", None),
         "link_listen": getattr(args, "link_listen", None),
+        "tls_cert": getattr(args, "tls_cert", None),
+        "tls_key": getattr(args, "tls_key", None),
+        "tls_self_signed": True if getattr(args, "tls", False) else None,
+        "allow_plain_http": True if getattr(args, "allow_plain_http", False) else None,
     }
     return load_server_config(
         flags=flags,
@@ -93,6 +97,7 @@ def _run_server_command(args: argparse.Namespace, env: Mapping[str, str]) -> int
     from .server.config import ConfigError, ServerConfig  # noqa: PLC0415
     from .server.serve import run_admin_bootstrap, run_server  # noqa: PLC0415
     from .server.store import errors as store_errors  # noqa: PLC0415
+    from .server.tls import TLSFilesError  # noqa: PLC0415
 
     defaults: dict[str, object] = {}
     if args.command == "up":
@@ -124,7 +129,7 @@ def _run_server_command(args: argparse.Namespace, env: Mapping[str, str]) -> int
 
             return trio.run(lambda: run_up(config, out=sys.stdout))
         return trio.run(lambda: run_server(config, out=sys.stdout, bootstrap=False))
-    except (store_errors.StoreUnavailable, store_errors.MigrationError) as exc:
+    except (store_errors.StoreUnavailable, store_errors.MigrationError, TLSFilesError) as exc:
         print(f"devyard: error: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:  # e.g. the listen address is in use
@@ -161,6 +166,16 @@ def _add_server_commands(sub: Sub) -> None:
     up.add_argument("--port", type=int, help=f"HTTP port (default {DEFAULT_UP_PORT})")
     up.add_argument("--host", help=f"address to listen on (default {DEFAULT_UP_HOST})")
     up.add_argument("--public-url", metavar="URL", help="base URL clients use")
+    up.add_argument(
+        "--tls",
+        action="store_true",
+        help="HTTPS (HTTP/2) with a CA of devyard's own, made in DIR/tls on the first start",
+    )
+    up.add_argument(
+        "--allow-plain-http",
+        action="store_true",
+        help="serve plain HTTP on a non-loopback --host (a TLS proxy is in front)",
+    )
 
     server = sub.add_parser("server", help="run the control plane server")
     _add_server_options(server, data_dir_help="where state lives (env DEVYARD_DATA_DIR)")
@@ -170,6 +185,13 @@ def _add_server_commands(sub: Sub) -> None:
         "--link-listen",
         metavar="HOST:PORT",
         help="also take raw (non-WebSocket) host and connector links here (docs/edge.md)",
+    )
+    server.add_argument("--tls-cert", metavar="PEM", help="HTTPS: certificate chain (docs/tls.md)")
+    server.add_argument("--tls-key", metavar="PEM", help="HTTPS: its private key")
+    server.add_argument(
+        "--allow-plain-http",
+        action="store_true",
+        help="serve plain HTTP on a non-loopback address (a TLS proxy is in front)",
     )
 
     admin = sub.add_parser("admin", help="operator commands with direct store access")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import trio
 
@@ -14,3 +14,10 @@ async def eventually(
     with trio.fail_after(seconds):
         while not condition():  # noqa: ASYNC110 - polling by design
             await trio.sleep(poll)
+
+
+async def until(condition: Callable[[], Awaitable[bool]], seconds: float = 15) -> None:
+    """Return once the async *condition* holds; fail the test after *seconds*."""
+    with trio.fail_after(seconds):
+        while not await condition():  # noqa: ASYNC110 - polling an HTTP answer
+            await trio.sleep(0.02)

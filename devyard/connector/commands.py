@@ -77,6 +77,7 @@ def _run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         replace=args.replace,
         grace=args.grace,
         link=args.link,
+        ca_file=Path(args.ca_file) if args.ca_file else None,
     )
     return trio.run(lambda: run_connector(config, metrics_listen=args.metrics, err=sys.stderr))
 
@@ -97,7 +98,12 @@ def _quick(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         return _USAGE
     setup_logging(args.log_level)
     config = ConnectorConfig(
-        server_url=args.server, token="", replace=False, grace=args.grace, link=args.link
+        server_url=args.server,
+        token="",
+        replace=False,
+        grace=args.grace,
+        link=args.link,
+        ca_file=Path(args.ca_file) if args.ca_file else None,
     )
     return trio.run(
         lambda: run_quick(
@@ -119,6 +125,11 @@ def _common(parser: argparse.ArgumentParser) -> None:
         metavar="URL",
         help="hold the link on the server's raw link port (tcp://HOST:PORT or tls://HOST:PORT) "
         "instead of the WebSocket on --server",
+    )
+    parser.add_argument(
+        "--ca-file",
+        metavar="PEM",
+        help="trust this CA for the server's certificate, besides the system's (docs/tls.md)",
     )
     parser.add_argument(
         "--metrics",

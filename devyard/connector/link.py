@@ -34,6 +34,7 @@ import secrets
 import socket
 import sys
 from functools import partial
+from pathlib import Path
 from typing import Any, Final
 
 import attrs
@@ -60,6 +61,7 @@ from ..core.link import (
     run_link,
 )
 from ..core.selectors import SelectorError, SelectorHistory, parse_dest, parse_selectors
+from ..core.tls import client_context
 from ..core.transports import link_url
 from ._errors import EXIT_CODES, PermanentError, permanent_for_code, permanent_for_go_away
 from .metrics import Metrics
@@ -89,6 +91,7 @@ class ConnectorConfig:
     connector_id: str = attrs.field(factory=_connector_id)
     backoff_base: float = 1.0
     link: str | None = None  # --link: a raw link port (tcp:// or tls://) or a WebSocket base
+    ca_file: Path | None = None  # --ca-file: a CA trusted besides the system's (core/tls.py)
 
     @property
     def link_url(self) -> str:
@@ -355,6 +358,7 @@ async def serve_connector(
             shutdown=shutdown,
             label=link.label,
             on_lost=lost,
+            ssl_context=client_context(config.ca_file),
         )
     except LinkRefused as refused:
         raise _as_permanent(refused) from None

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
+import ssl
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, TypeVar
 
@@ -185,11 +186,12 @@ async def _attempt(
     *,
     backoff: Backoff,
     shutdown: trio.Event,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> None:
     """One link: dial, hello, registered, the caller's body. Returns only on shutdown."""
     try:
         async with (
-            open_transport(url, extra_headers=headers) as transport,
+            open_transport(url, extra_headers=headers, ssl_context=ssl_context) as transport,
             open_session(transport, client=True) as session,
         ):
             with trio.CancelScope() as before_registered:
@@ -231,19 +233,27 @@ async def run_link(
     shutdown: trio.Event,
     label: Callable[[], str] = lambda: "",
     on_lost: Callable[[BaseException], None] | None = None,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> None:
     """Hold a link to *url* until *shutdown* is set (returns) or a permanent refusal (raises
     that `LinkRefused`, unwrapped). *hello* builds each attempt's ``hello`` message; *token*
     goes in the upgrade's ``Authorization`` header, never in a log line. *label* prefixes the
     log lines (e.g. ``"tunnel=corp connector=con_1 "``); *on_lost* sees every loss that is
-    followed by a reconnect."""
+    followed by a reconnect. *ssl_context* verifies ``tls://`` and ``wss://`` servers (default:
+    the system's trust store)."""
     headers = [(b"authorization", f"Bearer {token}".encode())]
     while not shutdown.is_set():
         retry_now = False
         log.debug("%sdialling %s", label(), url)
         try:
             await _attempt(
-                url, headers, hello, serve_registered, backoff=backoff, shutdown=shutdown
+                url,
+                headers,
+                hello,
+                serve_registered,
+                backoff=backoff,
+                shutdown=shutdown,
+                ssl_context=ssl_context,
             )
         except Exception as exc:
             permanent = find_in_group(exc, LinkRefused, lambda e: e.permanent)

@@ -168,6 +168,28 @@ def link_url(server_url: str, path: str, link: str | None = None) -> str:
     return f"{scheme}://{parts.netloc}{parts.path.rstrip('/')}{path}"
 
 
+async def _open_tls(
+    host: str, port: int, tls: ssl.SSLContext, *, https_compatible: bool
+) -> trio.SSLStream[trio.SocketStream]:
+    """A TLS stream whose handshake is done here, so that a certificate the context does not
+    trust fails the dial at once as `ssl.SSLCertVerificationError` (which says why), rather
+    than later inside a reader task that reports it as a dead connection or not at all."""
+    stream = await trio.open_ssl_over_tcp_stream(
+        host, port, ssl_context=tls, https_compatible=https_compatible
+    )
+    try:
+        await stream.do_handshake()
+    except trio.BrokenResourceError as exc:
+        await trio.aclose_forcefully(stream)
+        if isinstance(exc.__cause__, ssl.SSLError):
+            raise exc.__cause__ from None
+        raise
+    except BaseException:
+        await trio.aclose_forcefully(stream)
+        raise
+    return stream
+
+
 async def _dial_raw(
     host: str,
     port: int,
@@ -180,7 +202,7 @@ async def _dial_raw(
     if tls is None:
         stream = await trio.open_tcp_stream(host, port)
     else:
-        stream = await trio.open_ssl_over_tcp_stream(host, port, ssl_context=tls)
+        stream = await _open_tls(host, port, tls, https_compatible=False)
     try:
         if path not in ("", "/"):
             return await dial_upgrade(
@@ -212,9 +234,7 @@ async def _open_websocket(
             if tls is None:
                 stream = await trio.open_tcp_stream(host, port)
             else:
-                stream = await trio.open_ssl_over_tcp_stream(
-                    host, port, ssl_context=tls, https_compatible=True
-                )
+                stream = await _open_tls(host, port, tls, https_compatible=True)
     except trio.TooSlowError:
         raise TimeoutError(f"{url}: no answer within {dial_timeout:g} s") from None
     try:

@@ -80,6 +80,7 @@ def _run_hostd(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         link=args.link,
         emulator=emulator,
         net_policy=NetPolicy(allow=parse_networks(args.allow_network)),
+        ca_file=Path(args.ca_file) if args.ca_file else None,
     )
     return trio.run(lambda: run_hostd(config, err=sys.stderr))
 
@@ -98,6 +99,11 @@ def add_commands(sub: Sub) -> None:
         metavar="URL",
         help="link on the server's raw link port (tcp://HOST:PORT or tls://HOST:PORT) "
         "instead of the WebSocket on --server",
+    )
+    hostd.add_argument(
+        "--ca-file",
+        metavar="PEM",
+        help="trust this CA for the server's certificate, besides the system's (docs/tls.md)",
     )
     hostd.add_argument(
         "--token-file", required=True, metavar="FILE", help="file holding the host token"

@@ -38,6 +38,7 @@ from ..core.link import (
     raise_for_error,
     run_link,
 )
+from ..core.tls import client_context
 from ..core.transports import link_url
 from .drivers import DriverOpener, Platform, drivers_by_name
 from .drivers.emulator import EmulatorConfig
@@ -94,6 +95,7 @@ class HostdConfig:
     link: str | None = None  # --link: a raw link port (tcp:// or tls://) or a WebSocket base
     emulator: EmulatorConfig | None = None  # the android-emulator driver's (the CLI loads it)
     net_policy: NetPolicy = attrs.field(factory=NetPolicy)  # --allow-network: netpolicy.py
+    ca_file: Path | None = None  # --ca-file: a CA trusted besides the system's (core/tls.py)
 
     @property
     def link_url(self) -> str:
@@ -182,6 +184,7 @@ async def serve_hostd(
                     _Registered(config, supervisor, egress, shutdown),
                     backoff=Backoff(base=config.backoff_base),
                     shutdown=shutdown,
+                    ssl_context=client_context(config.ca_file),
                 )
             finally:
                 supervisor.stop_all()

@@ -18,6 +18,13 @@ Keys (file key / environment variable):
                                                     = off (links use the API port's WebSockets)
     link_tls_cert       DEVYARD_LINK_TLS_CERT       PEM certificate chain: raw links are TLS
     link_tls_key        DEVYARD_LINK_TLS_KEY        its PEM private key (required with the cert)
+    tls_cert            DEVYARD_TLS_CERT            PEM certificate chain: the API port is HTTPS
+                                                    (HTTP/2 by ALPN; SIGHUP reloads the files)
+    tls_key             DEVYARD_TLS_KEY             its PEM private key (required with the cert)
+    tls_self_signed     DEVYARD_TLS_SELF_SIGNED     true: HTTPS with a CA of our own made in
+                                                    DATA_DIR/tls (``devyard up --tls``)
+    allow_plain_http    DEVYARD_ALLOW_PLAIN_HTTP    true: serve plain HTTP on a non-loopback
+                                                    address (a TLS-terminating proxy in front)
     max_connectors_per_tunnel                       connector links one tunnel may hold
                         DEVYARD_MAX_CONNECTORS_PER_TUNNEL  (active and standbys; more: 429
                                                     ``too-many-connectors``); default 8
@@ -134,11 +141,25 @@ class ServerConfig:
     link_listen: ListenAddress | None = None
     link_tls_cert: Path | None = None
     link_tls_key: Path | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_self_signed: bool = False
+    allow_plain_http: bool = False
     # the edge's caps (issue 14 finding 9); the edge's own defaults are the same numbers
     max_connectors_per_tunnel: int = attrs.field(default=8, validator=attrs.validators.ge(1))
     max_streams_per_instance: int = attrs.field(default=16, validator=attrs.validators.ge(1))
     # where POST /github_revoke gets the public keys its reports are signed with
     secret_scanning_keys_url: str = "https://api.github.com/meta/public_keys/secret_scanning"  # noqa: S105
+
+    @property
+    def tls_enabled(self) -> bool:
+        """Whether the API port speaks HTTPS (given files, or ``up``'s own CA)."""
+        return self.tls_cert is not None or self.tls_self_signed
+
+    @property
+    def tls_dir(self) -> Path:
+        """Where ``tls_self_signed`` keeps its CA and certificate."""
+        return self.data_dir / "tls"
 
     @property
     def base_url(self) -> str:
@@ -150,7 +171,8 @@ class ServerConfig:
             host = "127.0.0.1"
         elif host == "::":
             host = "::1"
-        return f"http://{ListenAddress(host, self.listen.port)}"
+        scheme = "https" if self.tls_enabled else "http"
+        return f"{scheme}://{ListenAddress(host, self.listen.port)}"
 
     @property
     def sqlite_path(self) -> Path:
@@ -327,6 +349,10 @@ _PARSERS: Final[dict[str, Callable[[object], Any]]] = {
     "link_listen": _parse_listen,
     "link_tls_cert": _path,
     "link_tls_key": _path,
+    "tls_cert": _path,
+    "tls_key": _path,
+    "tls_self_signed": _bool,
+    "allow_plain_http": _bool,
     "max_connectors_per_tunnel": _positive_int,
     "max_streams_per_instance": _positive_int,
     "secret_scanning_keys_url": _parse_public_url,
@@ -416,4 +442,24 @@ def load_server_config(
         raise ConfigError("link_tls_cert and link_tls_key go together (set both or neither)")
     if "link_tls_cert" in top and "link_listen" not in top:
         raise ConfigError("link_tls_cert needs link_listen (the raw link port it secures)")
-    return ServerConfig(rate_limit=rate_limit, **top)
+    if ("tls_cert" in top) != ("tls_key" in top):
+        raise ConfigError("tls_cert and tls_key go together (set both or neither)")
+    if "tls_cert" in top and top.get("tls_self_signed"):
+        raise ConfigError("tls_self_signed makes its own certificate: drop tls_cert/tls_key")
+    config = ServerConfig(rate_limit=rate_limit, **top)
+    if not (config.tls_enabled or config.allow_plain_http or _is_loopback(config.listen.host)):
+        raise ConfigError(
+            f"refusing plain HTTP on the non-loopback address {config.listen.host}: give "
+            "tls_cert and tls_key (or --tls with devyard up), or set allow_plain_http = true "
+            "when a TLS-terminating proxy is in front (docs/tls.md)"
+        )
+    return config
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

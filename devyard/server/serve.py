@@ -13,6 +13,8 @@ it is never logged.
 from __future__ import annotations
 
 import logging
+import signal
+import socket
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -34,6 +36,7 @@ from .edge.rawlinks import RawRoute, open_raw_listeners, serve_raw_links
 from .edge.tokens import RECHECK_INTERVAL, drop_revoked_hosts
 from .hosts import EVENT_BUFFER, Activity, HostEvent
 from .store import Store, open_store
+from .tls import LocalCertificates, ServerTLS, ensure_local_ca
 
 if TYPE_CHECKING:
     from .api.serve import BoundServer, RawASGI
@@ -47,6 +50,36 @@ __all__ = [
     "serve_server",
     "store_target",
 ]
+
+
+def local_tls_names(config: ServerConfig) -> tuple[str, ...]:
+    """The names ``tls_self_signed``'s certificate is for: localhost, the loopback addresses,
+    the listen address (or, on a wildcard, this machine's name) and the public URL's host."""
+    names = ["localhost", "127.0.0.1", "::1"]
+    host = config.listen.host
+    extra = [socket.gethostname()] if host in ("", "0.0.0.0", "::") else [host]  # noqa: S104
+    if config.public_url is not None:
+        extra.append(urlsplit(config.public_url).hostname or "")
+    names += [n for n in extra if n and n not in names]
+    return tuple(names)
+
+
+def load_server_tls(config: ServerConfig) -> tuple[ServerTLS | None, LocalCertificates | None]:
+    """The API port's TLS of *config* (blocking: files are read, and made for
+    ``tls_self_signed``): the context, and the local CA's files when devyard made them."""
+    if config.tls_self_signed:
+        local = ensure_local_ca(config.tls_dir, local_tls_names(config))
+        return ServerTLS.load(local.cert, local.key), local
+    if config.tls_cert is not None and config.tls_key is not None:
+        return ServerTLS.load(config.tls_cert, config.tls_key), None
+    return None, None
+
+
+async def reload_tls_on_sighup(tls: ServerTLS) -> None:
+    """Reload *tls*'s files at every SIGHUP, until cancelled (main thread only)."""
+    with trio.open_signal_receiver(signal.SIGHUP) as signals:
+        async for _ in signals:
+            await trio.to_thread.run_sync(tls.reload)
 
 
 def store_target(config: ServerConfig) -> str:
@@ -86,11 +119,13 @@ async def serve_server(
     *host_events*, for tests of the edge alone: what hosts report goes there instead of to
     the instances service.
     """
+    tls, _ = await trio.to_thread.run_sync(load_server_tls, config)
     async with open_configured_store(config) as store:
         await _serve(
             store,
             config,
             shutdown_trigger,
+            tls=tls,
             host_events=host_events,
             host_grace=host_grace,
             quick_grace=quick_grace,
@@ -108,6 +143,7 @@ async def _serve(
     host_grace: float = DEFAULT_HOST_GRACE,
     quick_grace: float = DEFAULT_QUICK_GRACE,
     host_token_recheck: float = RECHECK_INTERVAL,
+    tls: ServerTLS | None = None,
     task_status: trio.TaskStatus[BoundServer] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """The API and the edge over an open store, on one port, built top-down: the connector
@@ -195,6 +231,7 @@ async def _serve(
             websockets=dict(links),
             link_port=link_port,
             prefixes={INSTANCES_PREFIX: gateway},
+            tls=tls,
             task_status=task_status,
         )
         nursery.cancel_scope.cancel()
@@ -236,9 +273,18 @@ def _say(out: TextIO, text: str) -> None:
 
 
 def _banner(
-    out: TextIO, bound: BoundServer, config: ServerConfig, first: FirstStart | None
+    out: TextIO,
+    bound: BoundServer,
+    config: ServerConfig,
+    first: FirstStart | None,
+    local_ca: LocalCertificates | None = None,
 ) -> None:
     _say(out, f"devyard is serving at {bound.base_url}")
+    if local_ca is not None:
+        _say(out, f"TLS: certificates from devyard's own CA; trust it with {local_ca.ca_cert}")
+        _say(out, f"  curl --cacert {local_ca.ca_cert} {bound.base_url}/livez")
+        _say(out, f"  export SSL_CERT_FILE={local_ca.ca_cert}  # Python, httpx, the devyard CLI")
+        _say(out, "  or add it to the system store (docs/tls.md)")
     if first is None:
         return
     if first.new_key is not None:
@@ -271,13 +317,27 @@ async def run_server(
     second stops at once (exit 130)."""
 
     async def serve(shutdown: trio.Event) -> None:
+        tls, local_ca = await trio.to_thread.run_sync(load_server_tls, config)
         async with open_configured_store(config) as store:
             first = await first_start(store, config.admin_key_path) if bootstrap else None
             async with trio.open_nursery() as serving:
                 bound: BoundServer = await serving.start(
-                    partial(_serve, store, config, shutdown.wait)
+                    partial(_serve, store, config, shutdown.wait, tls=tls)
                 )
-                _banner(out, bound, config, first)
+                _banner(out, bound, config, first, local_ca)
+                if tls is not None:
+                    watcher = trio.CancelScope()
+
+                    async def reload_until_shutdown() -> None:
+                        with watcher:
+                            await reload_tls_on_sighup(tls)
+
+                    async def stop_watcher() -> None:
+                        await shutdown.wait()
+                        watcher.cancel()
+
+                    serving.start_soon(reload_until_shutdown)
+                    serving.start_soon(stop_watcher)
                 if companion is not None:
                     serving.start_soon(companion, bound, shutdown)
         # The API returned: a graceful shutdown is complete.

@@ -9,6 +9,7 @@ returns. On the trigger Hypercorn stops accepting, gives requests in flight
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any, Final, TypeAlias
@@ -29,6 +30,7 @@ from hypercorn.typing import (
 from ...core.transports import WS_MAX_MESSAGE
 from ..config import ListenAddress, ServerConfig
 from ..hosts import HostRegistry
+from ..tls import ServerTLS
 from ..tunnels import TunnelConnections
 from .app import create_app
 from .context import ApiState
@@ -114,8 +116,48 @@ class WebSocketRoutes:
         await self.app(scope, receive, send)
 
 
-def _hypercorn_config(config: ServerConfig) -> HypercornConfig:
-    hyper = HypercornConfig()
+#: RFC 6797: once a browser has seen the API over HTTPS it uses nothing else for a year.
+_HSTS: Final = (b"strict-transport-security", b"max-age=31536000")
+
+
+class StrictTransport:
+    """ASGI middleware: every HTTP response carries ``Strict-Transport-Security`` (TLS on)."""
+
+    def __init__(self, app: ASGIFramework) -> None:
+        self.app = app
+
+    async def __call__(
+        self, scope: Scope, receive: ASGIReceiveCallable, send: ASGISendCallable
+    ) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_hsts(message: ASGISendEvent) -> None:
+            if message["type"] == "http.response.start":
+                headers = [h for h in message.get("headers", ()) if h[0].lower() != _HSTS[0]]
+                message = {**message, "headers": [*headers, _HSTS]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_hsts)
+
+
+class _TLSConfig(HypercornConfig):
+    """Hypercorn's config serving with our `ServerTLS` context (which a SIGHUP reloads in
+    place) instead of a context of its own made once from file names."""
+
+    def __init__(self, tls: ServerTLS) -> None:
+        super().__init__()
+        self._tls = tls
+        self.certfile = str(tls.cert)  # Hypercorn's ssl_enabled looks at these two
+        self.keyfile = str(tls.key)
+
+    def create_ssl_context(self) -> ssl.SSLContext | None:
+        return self._tls.context
+
+
+def _hypercorn_config(config: ServerConfig, tls: ServerTLS | None = None) -> HypercornConfig:
+    hyper = HypercornConfig() if tls is None else _TLSConfig(tls)
     hyper.bind = [str(config.listen)]
     hyper.graceful_timeout = config.shutdown_grace
     hyper.keep_alive_timeout = _KEEP_ALIVE_S
@@ -133,6 +175,7 @@ async def serve_api(
     websockets: dict[str, RawASGI] | None = None,
     prefixes: dict[str, RawASGI] | None = None,
     link_port: int | None = None,
+    tls: ServerTLS | None = None,
     task_status: trio.TaskStatus[BoundServer] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve the control API over *state* (whose store the caller owns) until shut down.
@@ -140,23 +183,26 @@ async def serve_api(
     *websockets* mounts ASGI callables on WebSocket paths in front of the API (the edge's
     ``/v1/host_connections``), *prefixes* on path prefixes for HTTP and WebSocket alike (the
     per-instance endpoints); the state's ``hosts`` and ``connectors`` and *link_port* are
-    passed through to the ``BoundServer``.
+    passed through to the ``BoundServer``. With *tls* the port speaks HTTPS only (HTTP/2 or
+    HTTP/1.1 by ALPN, WebSockets over either) and every response carries HSTS.
     """
     config = state.config
     app: ASGIFramework = ShieldedSend(create_app(state))
     if websockets or prefixes:
         app = WebSocketRoutes(app, websockets or {}, prefixes)
+    if tls is not None:
+        app = StrictTransport(app)
     async with trio.open_nursery() as nursery:
         binds: list[str] = await nursery.start(
             partial(
                 serve,
                 app,
-                _hypercorn_config(config),
+                _hypercorn_config(config, tls),
                 shutdown_trigger=shutdown_trigger,
                 mode="asgi",
             )
         )
-        local_url = binds[0]
+        local_url = binds[0]  # https:// when TLS is on
         port = urlsplit(local_url).port or 0
         # With port 0 the configured listen address does not say where clients go: the bind does.
         base_url = attrs.evolve(config, listen=ListenAddress(config.listen.host, port)).base_url

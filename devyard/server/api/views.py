@@ -51,7 +51,8 @@ def base_url() -> str:
     host = config.listen.host
     if host in _WILDCARDS:
         host = local_host
-    return f"http://{ListenAddress(host, port)}"
+    scheme = "https" if config.tls_enabled else "http"
+    return f"{scheme}://{ListenAddress(host, port)}"
 
 
 def timestamp(value: datetime) -> str:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
@@ -72,13 +72,6 @@ class Fleet:
         )
         await eventually(lambda: any(h.id == host_id for h in self.hosts()))
         return host_id
-
-
-async def until(condition: Callable[[], Awaitable[bool]], seconds: float = 15) -> None:
-    """Return once the async *condition* holds; fail the test after *seconds*."""
-    with trio.fail_after(seconds):
-        while not await condition():  # noqa: ASYNC110 - polling an HTTP answer
-            await trio.sleep(0.02)
 
 
 async def make_org(config: ServerConfig, name: str) -> Org:

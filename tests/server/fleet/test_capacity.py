@@ -10,7 +10,9 @@ from typing import Any
 import httpx
 import trio
 
-from .rig import fleet_config, make_org, open_fleet, until
+from tests.polling import until
+
+from .rig import fleet_config, make_org, open_fleet
 
 CREATES = 12
 

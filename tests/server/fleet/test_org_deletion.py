@@ -12,8 +12,9 @@ from typing import Any
 import trio
 
 from tests.e2e._cli import Running, clean_env, start
+from tests.polling import until
 
-from .rig import Fleet, Org, fleet_config, make_org, open_fleet, until
+from .rig import Fleet, Org, fleet_config, make_org, open_fleet
 
 TUNNEL_DELETED_EXIT = 12  # devyard connector's exit code: the tunnel was deleted
 
