@@ -51,6 +51,8 @@ def up_hostd_config(
         capacity=UP_HOST_CAPACITY,
         drivers=("virtual",),
         link=link,
+        # the server's certificate comes from up's own CA: the host fetches asset URLs there
+        ca_file=config.tls_dir / "ca.pem" if config.tls_self_signed else None,
     )
 
 

@@ -164,6 +164,7 @@ async def serve_hostd(
     shutdown = trio.Event() if shutdown is None else shutdown
     egress = _EgressOverLink()
     await trio.to_thread.run_sync(prepare_data_dir, config.data_dir)  # 0700, no stale sandboxes
+    tls = await trio.to_thread.run_sync(client_context, config.ca_file)
     try:
         async with trio.open_nursery() as nursery:
             supervisor = Supervisor(
@@ -174,6 +175,7 @@ async def serve_hostd(
                 egress=egress,
                 net_policy=config.net_policy,
                 server_url=config.server_url,
+                tls=tls,
             )
             task_status.started(supervisor)
             try:
@@ -184,7 +186,7 @@ async def serve_hostd(
                     _Registered(config, supervisor, egress, shutdown),
                     backoff=Backoff(base=config.backoff_base),
                     shutdown=shutdown,
-                    ssl_context=client_context(config.ca_file),
+                    ssl_context=tls,
                 )
             finally:
                 supervisor.stop_all()

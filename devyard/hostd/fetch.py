@@ -74,7 +74,12 @@ def origin_of(url: str) -> tuple[str, str, int] | None:
 
 
 async def _connect(
-    origin: tuple[str, str, int], policy: NetPolicy, *, trusted: bool, limits: FetchLimits
+    origin: tuple[str, str, int],
+    policy: NetPolicy,
+    *,
+    trusted: bool,
+    limits: FetchLimits,
+    tls: ssl.SSLContext | None,
 ) -> trio.abc.Stream:
     scheme, host, port = origin
     stream: trio.abc.Stream
@@ -93,14 +98,14 @@ async def _connect(
         raise FetchError(FetchFailure.UNAVAILABLE, f"connect: {type(exc).__name__}") from None
     if scheme == "http":
         return stream
-    tls = trio.SSLStream(stream, ssl.create_default_context(), server_hostname=host)
+    secure = trio.SSLStream(stream, tls or ssl.create_default_context(), server_hostname=host)
     try:
         with trio.fail_after(limits.io_timeout):
-            await tls.do_handshake()
+            await secure.do_handshake()
     except (trio.BrokenResourceError, trio.TooSlowError, ssl.SSLError, OSError) as exc:
-        await trio.aclose_forcefully(tls)
+        await trio.aclose_forcefully(secure)
         raise FetchError(FetchFailure.UNAVAILABLE, f"TLS: {type(exc).__name__}") from None
-    return tls
+    return secure
 
 
 async def _next(conn: h11.Connection, stream: trio.abc.Stream, limits: FetchLimits) -> h11.Event:
@@ -128,6 +133,8 @@ async def _get_once(
     trusted: Collection[tuple[str, int]],
     limits: FetchLimits,
     sink: Callable[[bytes], Awaitable[None]],
+    *,
+    tls: ssl.SSLContext | None,
 ) -> str | None:
     """GET *url* into *sink*; the next URL if the answer is a redirect."""
     origin = origin_of(url)
@@ -136,7 +143,7 @@ async def _get_once(
     _, host, port = origin
     parts = urlsplit(url)
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    stream = await _connect(origin, policy, trusted=(host, port) in trusted, limits=limits)
+    stream = await _connect(origin, policy, trusted=(host, port) in trusted, limits=limits, tls=tls)
     async with stream:
         conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=_MAX_HEAD)
         headers = [
@@ -182,12 +189,14 @@ async def fetch(
     policy: NetPolicy,
     trusted: Collection[tuple[str, int]] = (),
     limits: FetchLimits | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> None:
-    """GET *url* (following redirects, each checked again) into *sink*, or `FetchError`."""
+    """GET *url* (following redirects, each checked again) into *sink*, or `FetchError`.
+    *tls* verifies https servers (default: the system's trust store)."""
     limits = FetchLimits() if limits is None else limits
     with trio.move_on_after(limits.timeout) as scope:
         for _ in range(limits.max_redirects + 1):
-            next_url = await _get_once(url, policy, trusted, limits, sink)
+            next_url = await _get_once(url, policy, trusted, limits, sink, tls=tls)
             if next_url is None:
                 return
             url = next_url

@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
+import ssl
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Final, Protocol, runtime_checkable
@@ -59,6 +60,8 @@ async def _download(
     policy: NetPolicy,
     trusted: frozenset[tuple[str, int]],
     limits: FetchLimits | None,
+    *,
+    tls: ssl.SSLContext | None,
 ) -> None:
     url = str(entry.get("url"))
     name = entry.get("name")
@@ -71,7 +74,7 @@ async def _download(
                 digest.update(data)
                 await file.write(data)
 
-            await fetch(url, sink, policy=policy, trusted=trusted, limits=limits)
+            await fetch(url, sink, policy=policy, trusted=trusted, limits=limits, tls=tls)
     except FetchError as exc:
         log.info("initial app %r from %s: %s (%s)", name, shown, exc.failure.value, exc)
         message = f"could not fetch the initial asset {name!r} ({exc.failure.value})"
@@ -90,12 +93,13 @@ async def install_initial_assets(
     policy: NetPolicy | None = None,
     trusted: Iterable[str] = (),
     limits: FetchLimits | None = None,
+    tls: ssl.SSLContext | None = None,
 ) -> None:
     """Download and install every entry in order (see the module docstring).
 
     *policy* decides which addresses the host may fetch from (public ones by default);
     *trusted* are base URLs whose origin is fetched from whatever its address (the devyard
-    server, which signs the asset URLs).
+    server, which signs the asset URLs); *tls* verifies https servers (``--ca-file``).
     """
     if not entries:
         await trio.lowlevel.checkpoint()
@@ -105,7 +109,7 @@ async def install_initial_assets(
     await trio.to_thread.run_sync(lambda: workdir.mkdir(mode=0o700, parents=True, exist_ok=True))
     for index, entry in enumerate(entries):
         path = workdir / _file_name(index, entry)
-        await _download(entry, path, policy, origins, limits)
+        await _download(entry, path, policy, origins, limits, tls=tls)
         try:
             app = await device.install(path)
         except DeviceError as exc:

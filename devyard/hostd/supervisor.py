@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import ssl
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -89,6 +90,7 @@ class Supervisor:
         egress: EgressDialer,
         net_policy: NetPolicy | None = None,
         server_url: str | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self._nursery = nursery
         self.instances_dir = data_dir / "instances"
@@ -101,6 +103,7 @@ class Supervisor:
         self.attach_timeout = ATTACH_TIMEOUT_S
         self.net_policy = NetPolicy() if net_policy is None else net_policy  # netpolicy.py
         self._asset_origins = () if server_url is None else (server_url,)  # it signs asset URLs
+        self._tls = tls  # verifies https asset servers: the system store plus --ca-file
 
     def __repr__(self) -> str:
         return f"Supervisor(running={sorted(self._instances)})"
@@ -272,7 +275,12 @@ class Supervisor:
                         await self._attach(instance.instance_id, device, tunnel, proxy)
                     workdir = spec.sandbox_dir / "initial-assets"
                     await install_initial_assets(
-                        device, assets, workdir, policy=self.net_policy, trusted=self._asset_origins
+                        device,
+                        assets,
+                        workdir,
+                        policy=self.net_policy,
+                        trusted=self._asset_origins,
+                        tls=self._tls,
                     )
                     forced = forced_app(assets)
                     if forced is not None:

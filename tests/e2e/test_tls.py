@@ -323,3 +323,42 @@ async def test_a_bad_certificate_file_is_one_line_and_exit_1(tmp_path: Path) -> 
     lines = done.stderr.decode().strip().splitlines()
     assert lines[-1].startswith("devyard: error: cannot use the TLS certificate"), lines
     assert "Traceback" not in done.stderr.decode()
+
+
+async def test_the_cli_pushes_an_app_over_https_and_the_host_installs_it_from_there(
+    up: TlsUp, tmp_path: Path
+) -> None:
+    """The CLI trusts the CA by SSL_CERT_FILE; up's own host daemon fetches the signed asset
+    URL from the https server with up's CA (``ca_file``) and installs it."""
+    import io  # noqa: PLC0415
+    import zipfile  # noqa: PLC0415
+
+    from ._cli import run  # noqa: PLC0415
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("devyard-package.txt", "package=com.acme.tls\nlabel=T\nversion=1\n")
+    (tmp_path / "tls.apk").write_bytes(buffer.getvalue())
+    env = clean_env(DEVYARD_BASE_URL=up.url, DEVYARD_API_KEY=up.key, SSL_CERT_FILE=str(up.ca))
+    with trio.fail_after(60):
+        pushed = await run(["asset", "push", str(tmp_path / "tls.apk"), "--os", "android"], env,
+                           tmp_path)  # fmt: skip
+    assert pushed.returncode == 0, pushed.stderr
+    spec = {"initialAssets": [{"kind": "App", "source": "AssetName", "assetName": "tls.apk"}]}
+    async with up.http() as http:
+        with trio.fail_after(90):
+            while True:
+                created = await http.post(
+                    "/v1/android_instances", params={"wait": "true"}, json={"spec": spec}
+                )
+                if created.status_code != 409:
+                    break
+                await trio.sleep(0.1)
+        assert created.status_code == 200, created.text
+        status = created.json()["status"]
+        assert status["state"] == "ready", status
+        with trio.fail_after(30):
+            apps = await http.get(
+                status["apiUrl"] + "/apps", headers={"Authorization": f"Bearer {status['token']}"}
+            )
+        assert "com.acme.tls" in apps.text, apps.text
