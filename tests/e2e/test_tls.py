@@ -362,3 +362,80 @@ async def test_the_cli_pushes_an_app_over_https_and_the_host_installs_it_from_th
                 status["apiUrl"] + "/apps", headers={"Authorization": f"Bearer {status['token']}"}
             )
         assert "com.acme.tls" in apps.text, apps.text
+
+
+def _websocket_ping_over_h2(url: str, token: str, context: ssl.SSLContext) -> tuple[int, bytes]:
+    """RFC 8441 by hand with the ``h2`` package: an extended CONNECT for *url*'s WebSocket on
+    an HTTP/2 connection, then one masked ping frame; the response status and what came back.
+    Blocking, for a worker thread."""
+    import os  # noqa: PLC0415
+    import socket  # noqa: PLC0415
+
+    import h2.config  # noqa: PLC0415
+    import h2.connection  # noqa: PLC0415
+    import h2.events  # noqa: PLC0415
+    import h2.settings  # noqa: PLC0415
+
+    parts = httpx.URL(url)
+    context.set_alpn_protocols(["h2"])
+    with (
+        socket.create_connection((parts.host, parts.port), timeout=10) as raw,
+        context.wrap_socket(raw, server_hostname=parts.host) as tls,
+    ):
+        assert tls.selected_alpn_protocol() == "h2"
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        conn.initiate_connection()
+        tls.sendall(conn.data_to_send())
+        enabled = False
+        while not enabled:  # the server must announce SETTINGS_ENABLE_CONNECT_PROTOCOL first
+            for event in conn.receive_data(tls.recv(65536)):
+                if isinstance(event, h2.events.RemoteSettingsChanged):
+                    setting = h2.settings.SettingCodes.ENABLE_CONNECT_PROTOCOL
+                    enabled = event.changed_settings.get(setting) is not None
+            tls.sendall(conn.data_to_send())
+        stream = conn.get_next_available_stream_id()
+        conn.send_headers(
+            stream,
+            [
+                (":method", "CONNECT"),
+                (":protocol", "websocket"),
+                (":scheme", "https"),
+                (":path", parts.raw_path.decode()),
+                (":authority", f"{parts.host}:{parts.port}"),
+                ("sec-websocket-version", "13"),
+                ("authorization", f"Bearer {token}"),
+            ],
+        )
+        mask = os.urandom(4)
+        payload = b"devyard"
+        masked = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+        status = 0
+        received = b""
+        tls.sendall(conn.data_to_send())
+        while not received:
+            for event in conn.receive_data(tls.recv(65536)):
+                if isinstance(event, h2.events.ResponseReceived):
+                    status = int(dict(event.headers)[b":status"])
+                    if status == 200:  # the tunnel is open: a ping
+                        conn.send_data(stream, bytes([0x89, 0x80 | len(payload)]) + mask + masked)
+                    else:
+                        return status, b""
+                elif isinstance(event, h2.events.DataReceived):
+                    conn.acknowledge_received_data(event.flow_controlled_length, stream)
+                    received += event.data
+            tls.sendall(conn.data_to_send())
+        return status, received
+
+
+async def test_a_websocket_runs_over_http2_extended_connect(up: TlsUp) -> None:
+    async with up.http() as http:
+        with trio.fail_after(60):
+            instance = await create_ready_android(http)
+    status = instance["status"]
+    url = status["endpointWebSocketUrl"].replace("wss://", "https://")
+    with trio.fail_after(30):
+        code, frame = await trio.to_thread.run_sync(
+            _websocket_ping_over_h2, url, status["token"], up.context()
+        )
+    assert code == 200
+    assert frame[:2] == bytes([0x8A, len(b"devyard")]) and frame[2:9] == b"devyard"  # the pong
