@@ -37,6 +37,7 @@ from devyard.hostd.drivers.emulator.isolation import inside_url, use_netns
 from devyard.hostd.egress import EgressProxy
 from devyard.hostd.netns import NetnsMode
 from devyard.hostd.netpolicy import NetPolicy, parse_networks
+from tests.e2e._cli import DEVYARD, clean_env
 from tests.hostd.drivers.test_emulator import ADB, kill_server, tool_env
 from tests.hostd.test_egress import _serve
 from tests.polling import eventually
@@ -385,3 +386,35 @@ def test_pure_parts() -> None:
     with pytest.raises(ValueError, match="bad namespace name"):
         netns._check_name("../etc")
     assert shutil.which("ip") is None or IP is not None
+
+
+@needs_netns
+async def test_hostd_sweeps_its_leftover_namespaces_at_start(tmp_path: Path) -> None:
+    """The real ``devyard hostd --drivers android-emulator``: a namespace with its prefix (a
+    crashed run's, a process still inside) is gone before it links (its server is down)."""
+    assert IP is not None
+    data_dir = tmp_path / "host"
+    leftover = f"{netns.owner_prefix(data_dir)}5554"
+    await trio.run_process([IP, "netns", "add", leftover])
+    sleeper = await trio.lowlevel.open_process(netns.exec_argv(IP, leftover, ["sleep", "600"]))
+    (tmp_path / "token").write_text("dyh_whatever\n")
+    argv = [
+        *DEVYARD, "hostd", "--server", f"http://127.0.0.1:{free_port()}", "--token-file",
+        str(tmp_path / "token"), "--region", "eu", "--drivers", "android-emulator",
+        "--data-dir", str(data_dir), "--emulator-netns", "required",
+    ]  # fmt: skip
+    process = await trio.lowlevel.open_process(
+        argv, env=clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        await eventually(lambda: not _namespaces(leftover), seconds=60, poll=0.1)
+        with trio.fail_after(10):
+            assert await sleeper.wait() == -9
+        assert process.returncode is None  # swept, then running (retrying its link)
+    finally:
+        process.kill()
+        sleeper.kill()
+        with trio.move_on_after(10):
+            await process.wait()
+            await sleeper.wait()
+        netns.sweep(IP, leftover)
