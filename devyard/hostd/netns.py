@@ -222,9 +222,9 @@ def _in_namespace(name: str, make: Callable[[], _T]) -> _T:
     return result[0]
 
 
-async def socket_in(name: str) -> trio.socket.SocketType:
-    """A TCP/IPv4 socket that belongs to namespace ``name``."""
-    make = partial(socket.socket, socket.AF_INET, socket.SOCK_STREAM)
+async def socket_in(name: str, kind: int = socket.SOCK_STREAM) -> trio.socket.SocketType:
+    """An IPv4 socket (TCP, or ``kind``) that belongs to namespace ``name``."""
+    make = partial(socket.socket, socket.AF_INET, kind)
     try:
         sock = await trio.to_thread.run_sync(_in_namespace, _check_name(name), make)
     except FileNotFoundError:

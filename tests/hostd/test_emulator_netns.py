@@ -50,7 +50,7 @@ _REASON = netns.unavailable(IP) or (None if ADB else "the adb client is not inst
 needs_netns = pytest.mark.skipif(_REASON is not None, reason=str(_REASON))
 
 STAND_IN = r"""
-import base64, json, os, socket, sys, threading, time
+import base64, json, os, socket, struct, sys, threading, time
 from urllib.parse import urlsplit
 
 port = int(sys.argv[sys.argv.index("-port") + 1])
@@ -120,8 +120,28 @@ def via_proxy(host, p):
     except OSError as exc:
         return type(exc).__name__ + ": " + str(exc)
 
+def dns(name):
+    labels = b"".join(bytes([len(x)]) + x.encode() for x in name.split("."))
+    query = struct.pack("!6H", 0x1234, 0x0100, 1, 0, 0, 0) + labels + b"\0\0\1\0\1"
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.settimeout(10)
+            s.sendto(query, ("127.0.0.1", 53))
+            reply = s.recv(512)
+    except OSError as exc:
+        return type(exc).__name__ + ": " + str(exc)
+    offset, addresses = len(query), []
+    for _ in range(struct.unpack("!H", reply[6:8])[0]):
+        rdlen = struct.unpack("!H", reply[offset + 10 : offset + 12])[0]
+        addresses.append(socket.inet_ntoa(reply[offset + 12 : offset + 12 + rdlen]))
+        offset += 12 + rdlen
+    return [reply[3] & 0xF, addresses]
+
 record = {
     "pid": os.getpid(),
+    "dns_server": "-dns-server 127.0.0.1" in " ".join(sys.argv),
+    "dns_localhost": dns("localhost"),
+    "dns_nosuch": dns("nosuch.invalid"),
     "port": port,
     "udp_host_loopback": udp("127.0.0.1", probes["udp"]),
     "udp_outside": udp("192.0.2.1", 9),
@@ -289,6 +309,10 @@ async def test_the_emulator_reaches_only_its_own_proxy(
     assert result["own_proxy_public"].startswith("HTTP/1.1 200"), result
     assert result["own_proxy_public"].endswith("public GET / HTTP/1.1"), result
     assert result["own_proxy_loopback"].startswith("HTTP/1.1 403"), result
+    # Names resolve: hostd answers the emulator's DNS inside (no datagram leaves).
+    assert result["dns_server"] is True
+    assert result["dns_localhost"] == [0, ["127.0.0.1"]], result
+    assert result["dns_nosuch"] == [3, []], result
     # hostd still reaches the console and adbd (the adb server too: _run_stand_in waited).
     assert banners == {"console": b"console %d\n" % port, "adbd": b"adbd %d\n" % (port + 1)}
     # The instance ended: no namespace, no process, no relay left.

@@ -6,13 +6,16 @@ the raw link port, other instances' egress proxies) and sends UDP wherever it li
 (`use_netns`; hostd's ``--emulator-netns``), `Isolation.run`:
 
 - creates namespace ``PREFIX<console port>`` (hostd/netns.py) with only a loopback, so the
-  guest's 10.0.2.2 is that loopback and no route leads anywhere: UDP (DNS included) fails
-  with "network unreachable", it is never sent from the host;
+  guest's 10.0.2.2 is that loopback and no route leads anywhere: UDP fails with "network
+  unreachable", it is never sent from the host;
 - serves, on ``127.0.0.1:<ephemeral>`` inside, a relay to the instance's egress proxy on the
   host (a tunnel-attached instance's, from `DeviceSpec.http_proxy`; else one started here
   with no tunnel and the host's `NetPolicy`: public addresses only). `proxy_url` is that
   relay with the proxy's credentials, which the emulator is launched with (``http_proxy``,
   read like ``-http-proxy``): every guest TCP connection is policy-checked by the proxy;
+- answers DNS on ``127.0.0.1:53`` inside from hostd's own resolver (`serve_dns`, dnsmsg.py;
+  the emulator is launched with ``-dns-server 127.0.0.1``), so guest names resolve although
+  no UDP leaves the namespace;
 - serves the host's ``127.0.0.1:<console>`` and ``<console + 1>`` as relays to the emulator's
   console and adbd inside, and tells the adb server about the emulator once its adbd
   answers (``host:emulator:PORT``, what an emulator does itself when it shares the host's
@@ -27,13 +30,15 @@ itself, which hostd's next start sweeps (netns.sweep over its prefix).
 
 from __future__ import annotations
 
+import ipaddress
 import logging
+import socket
 from typing import Final
 from urllib.parse import urlsplit
 
 import trio
 
-from ... import netns
+from ... import dnsmsg, netns
 from ...egress import EgressProxy
 from .._errors import InvalidSpecError
 from .adb import AdbCli
@@ -41,11 +46,13 @@ from .config import EmulatorConfig
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Isolation", "check_mode_for_attach", "inside_url", "use_netns"]
+__all__ = ["Isolation", "check_mode_for_attach", "inside_url", "serve_dns", "use_netns"]
 
 _POLL_S: Final = 0.5
 _CLEANUP_S: Final = 30.0
 _REGISTER_S: Final = 5.0
+_DNS_TIMEOUT_S: Final = 5.0
+_DNS_IN_FLIGHT: Final = 32  # queries beyond are dropped: the client retries
 
 _warned = False
 
@@ -113,8 +120,9 @@ class Isolation:
         return f"Isolation({self.name})"
 
     def wrap(self, argv: list[str]) -> list[str]:
-        """``argv`` run inside the namespace."""
-        return netns.exec_argv(self.ip, self.name, argv)
+        """``argv`` (the emulator's) run inside the namespace, asking our DNS (first, so an
+        operator's ``-qemu ...`` at the end stays last)."""
+        return netns.exec_argv(self.ip, self.name, [argv[0], "-dns-server", "127.0.0.1", *argv[1:]])
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         try:
@@ -132,6 +140,7 @@ class Isolation:
                         netns.relay_out, self.name, _proxy_address(proxy_url)
                     )
                     self.proxy_url = inside_url(proxy_url, inside)
+                    await nursery.start(serve_dns, self.name)
                     for port in (self._console, self._console + 1):
                         await nursery.start(netns.relay_into, self.name, port)
                     task_status.started()
@@ -163,6 +172,53 @@ class Isolation:
             except (OSError, trio.TooSlowError) as exc:
                 log.debug("%s: adbd not registered yet: %r", self.name, exc)
             await trio.sleep(_POLL_S)
+
+
+async def serve_dns(
+    name: str, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """Answer address queries on ``127.0.0.1:53`` inside namespace ``name`` (module doc)."""
+    sock = await netns.socket_in(name, socket.SOCK_DGRAM)
+    with sock:
+        await sock.bind(("127.0.0.1", 53))
+        task_status.started()
+        in_flight = 0
+
+        async def reply(query: dnsmsg.Query, peer: tuple[object, ...]) -> None:
+            nonlocal in_flight
+            try:
+                data = await _resolve(query)
+                try:
+                    await sock.sendto(data, peer)
+                except OSError as exc:
+                    log.debug("netns %s: DNS reply: %r", name, exc)
+            finally:
+                in_flight -= 1
+
+        async with trio.open_nursery() as nursery:
+            while True:
+                data, peer = await sock.recvfrom(dnsmsg.MAX_QUERY + 1)
+                query = dnsmsg.parse_query(data)
+                if query is not None and in_flight < _DNS_IN_FLIGHT:
+                    in_flight += 1
+                    nursery.start_soon(reply, query, peer)
+
+
+async def _resolve(query: dnsmsg.Query) -> bytes:
+    """The reply to ``query`` from hostd's resolver: NXDOMAIN only when the name has no
+    address at all, "no data" when it has none of the family asked."""
+    if query.family is None:
+        return dnsmsg.answer(query, [])
+    try:
+        with trio.fail_after(_DNS_TIMEOUT_S):
+            infos = await trio.socket.getaddrinfo(query.name, None, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        gone = exc.errno in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NONAME))
+        return dnsmsg.failure(query, dnsmsg.Rcode.NXDOMAIN if gone else dnsmsg.Rcode.SERVFAIL)
+    except (trio.TooSlowError, OSError, UnicodeError):
+        return dnsmsg.failure(query, dnsmsg.Rcode.SERVFAIL)
+    addresses = [ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]) for info in infos]
+    return dnsmsg.answer(query, addresses)
 
 
 async def _notify(adb: AdbCli, adbd_port: int) -> None:
