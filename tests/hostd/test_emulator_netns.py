@@ -442,3 +442,13 @@ async def test_hostd_sweeps_its_leftover_namespaces_at_start(tmp_path: Path) -> 
             await process.wait()
             await sleeper.wait()
         netns.sweep(IP, leftover)
+
+
+async def test_required_refuses_an_attached_emulator(tmp_path: Path) -> None:
+    """An attached emulator runs outside any namespace of ours: ``required`` ends the instance
+    with the reason, before any adb command."""
+    config = EmulatorConfig(adb_path="/nonexistent/adb", attach="127.0.0.1:9", netns="required")
+    spec = DeviceSpec(Platform.ANDROID, "android_ns_2", tmp_path / "sandbox")
+    with pytest.raises(InvalidSpecError, match="an attached emulator"):
+        async with open_emulator_device(spec, config):
+            pytest.fail("refused before attaching")

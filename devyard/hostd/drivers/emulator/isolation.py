@@ -46,11 +46,19 @@ from .config import EmulatorConfig
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Isolation", "check_mode_for_attach", "inside_url", "serve_dns", "use_netns"]
+__all__ = [
+    "DNS_INSIDE",
+    "Isolation",
+    "check_mode_for_attach",
+    "inside_url",
+    "serve_dns",
+    "use_netns",
+]
 
 _POLL_S: Final = 0.5
 _CLEANUP_S: Final = 30.0
 _REGISTER_S: Final = 5.0
+DNS_INSIDE: Final = "127.0.0.1"  # where `serve_dns` answers: the emulator's -dns-server
 _DNS_TIMEOUT_S: Final = 5.0
 _DNS_IN_FLIGHT: Final = 32  # queries beyond are dropped: the client retries
 
@@ -120,9 +128,8 @@ class Isolation:
         return f"Isolation({self.name})"
 
     def wrap(self, argv: list[str]) -> list[str]:
-        """``argv`` (the emulator's) run inside the namespace, asking our DNS (first, so an
-        operator's ``-qemu ...`` at the end stays last)."""
-        return netns.exec_argv(self.ip, self.name, [argv[0], "-dns-server", "127.0.0.1", *argv[1:]])
+        """``argv`` (the emulator's, with ``-dns-server`` `DNS_INSIDE`) run inside."""
+        return netns.exec_argv(self.ip, self.name, argv)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         try:
@@ -180,7 +187,7 @@ async def serve_dns(
     """Answer address queries on ``127.0.0.1:53`` inside namespace ``name`` (module doc)."""
     sock = await netns.socket_in(name, socket.SOCK_DGRAM)
     with sock:
-        await sock.bind(("127.0.0.1", 53))
+        await sock.bind((DNS_INSIDE, 53))
         task_status.started()
         in_flight = 0
 
@@ -213,7 +220,9 @@ async def _resolve(query: dnsmsg.Query) -> bytes:
         with trio.fail_after(_DNS_TIMEOUT_S):
             infos = await trio.socket.getaddrinfo(query.name, None, type=socket.SOCK_STREAM)
     except socket.gaierror as exc:
-        gone = exc.errno in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", socket.EAI_NONAME))
+        if exc.errno == getattr(socket, "EAI_NODATA", None):  # the name is, without addresses
+            return dnsmsg.answer(query, [])
+        gone = exc.errno == socket.EAI_NONAME
         return dnsmsg.failure(query, dnsmsg.Rcode.NXDOMAIN if gone else dnsmsg.Rcode.SERVFAIL)
     except (trio.TooSlowError, OSError, UnicodeError):
         return dnsmsg.failure(query, dnsmsg.Rcode.SERVFAIL)

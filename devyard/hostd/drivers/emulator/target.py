@@ -28,7 +28,7 @@ from .._errors import DeviceError, InvalidSpecError
 from ..base import DeviceSpec
 from .adb import AdbCli, AdbError
 from .config import MAX_EMULATORS, EmulatorConfig, Mode
-from .isolation import Isolation, check_mode_for_attach, use_netns
+from .isolation import DNS_INSIDE, Isolation, check_mode_for_attach, use_netns
 
 __all__ = ["Target", "acquire", "attach", "emulator_argv", "emulator_env", "launch"]
 
@@ -124,11 +124,15 @@ async def attach(config: EmulatorConfig, adb: AdbCli) -> Target:
 # -- launch ---------------------------------------------------------------------------------
 
 
-def emulator_argv(config: EmulatorConfig, avd: str, port: int) -> list[str]:
-    """The emulator command line for console port ``port`` (adbd listens on port + 1)."""
+def emulator_argv(
+    config: EmulatorConfig, avd: str, port: int, *, dns_server: str | None = None
+) -> list[str]:
+    """The emulator command line for console port ``port`` (adbd listens on port + 1);
+    ``dns_server`` before the operator's arguments (a ``-qemu ...`` of theirs stays last)."""
+    dns = ["-dns-server", dns_server] if dns_server else []
     return [
         config.resolve_emulator(), "-avd", avd, "-no-window", "-no-audio",
-        "-port", str(port), "-read-only", *config.emulator_args,
+        "-port", str(port), "-read-only", *dns, *config.emulator_args,
     ]  # fmt: skip
 
 
@@ -184,9 +188,10 @@ async def launch(
     """Start ``emulator -avd AVD ...`` (through ``http_proxy`` if given: `emulator_env`) and
     wait for ``sys.boot_completed``. With a namespace (`use_netns`; needs ``network``) the
     emulator runs in its own, launched through a relay to its proxy (isolation.py)."""
-    argv = emulator_argv(config, avd, 0)  # resolve the tool before claiming a port
-    env = emulator_env(config, http_proxy)
     isolated = use_netns(config)
+    dns = DNS_INSIDE if isolated else None
+    argv = emulator_argv(config, avd, 0, dns_server=dns)  # the tool, before claiming a port
+    env = emulator_env(config, http_proxy)
     if isolated and network is None:
         raise RuntimeError("launching in a network namespace needs a nursery for its relays")
     port = _claim_console_port(config)
