@@ -204,7 +204,12 @@ async def serve_dns(
 
         async with trio.open_nursery() as nursery:
             while True:
-                data, peer = await sock.recvfrom(dnsmsg.MAX_QUERY + 1)
+                try:
+                    data, peer = await sock.recvfrom(dnsmsg.MAX_QUERY + 1)
+                except OSError as exc:  # a datagram's own trouble, never the server's
+                    log.debug("netns %s: DNS receive: %r", name, exc)
+                    await trio.lowlevel.checkpoint()
+                    continue
                 query = dnsmsg.parse_query(data)
                 if query is not None and in_flight < _DNS_IN_FLIGHT:
                     in_flight += 1
