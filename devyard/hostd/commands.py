@@ -6,7 +6,11 @@ import argparse
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Final, TypeAlias
+from typing import TYPE_CHECKING, Final, TypeAlias
+
+if TYPE_CHECKING:
+    from .drivers.emulator import EmulatorConfig
+    from .netpolicy import NetPolicy
 
 Sub: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
@@ -63,13 +67,14 @@ def _run_hostd(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         print("devyard hostd: error: --capacity must be at least 1", file=sys.stderr)
         return 2
     emulator = None
+    policy = NetPolicy(allow=parse_networks(args.allow_network))
+    setup_logging(args.log_level)
     if "android-emulator" in drivers:
         try:  # the environment is read here, at the edge, and handed down
-            emulator = EmulatorConfig.from_env(env)
-        except InvalidSpecError as exc:
+            emulator = _emulator_config(EmulatorConfig.from_env(env), args, policy)
+        except (InvalidSpecError, OSError) as exc:
             print(f"devyard hostd: error: {exc}", file=sys.stderr)
             return 2
-    setup_logging(args.log_level)
     config = HostdConfig(
         server_url=args.server,
         token=token,
@@ -79,10 +84,37 @@ def _run_hostd(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         drivers=drivers,
         link=args.link,
         emulator=emulator,
-        net_policy=NetPolicy(allow=parse_networks(args.allow_network)),
+        net_policy=policy,
         ca_file=Path(args.ca_file) if args.ca_file else None,
     )
     return trio.run(lambda: run_hostd(config, err=sys.stderr))
+
+
+def _emulator_config(
+    config: EmulatorConfig, args: argparse.Namespace, policy: NetPolicy
+) -> EmulatorConfig:
+    """``--emulator-netns`` and the policy into the driver's config; namespaces a crash of
+    this hostd (same data directory) left behind are swept now (netns.py)."""
+    import logging  # noqa: PLC0415
+
+    import attrs  # noqa: PLC0415
+
+    from . import netns  # noqa: PLC0415
+    from .drivers.emulator import Mode  # noqa: PLC0415
+    from .drivers.emulator.isolation import use_netns  # noqa: PLC0415
+
+    config = attrs.evolve(
+        config,
+        netns=args.emulator_netns,
+        netns_prefix=netns.owner_prefix(Path(args.data_dir)),
+        net_policy=policy,
+    )
+    if config.mode is Mode.LAUNCH and use_netns(config):  # required + unavailable: refused
+        ip = netns.find_ip(config.tool_env().get("PATH"))
+        assert ip is not None  # use_netns checked
+        for name in netns.sweep(ip, config.netns_prefix):
+            logging.getLogger(__name__).warning("removed a leftover network namespace %s", name)
+    return config
 
 
 def add_commands(sub: Sub) -> None:
@@ -127,6 +159,14 @@ def add_commands(sub: Sub) -> None:
         metavar="CIDR",
         help="a private network devices may dial and initial apps may come from (repeatable; "
         "by default only public addresses: docs/tunnels.md 'Egress')",
+    )
+    hostd.add_argument(
+        "--emulator-netns",
+        choices=("auto", "required", "off"),
+        default="auto",
+        help="run each emulator this host launches in a network namespace of its own, "
+        "reaching only its instance's egress proxy: auto (default: when root on Linux, else "
+        "warn), required (refuse emulators without one), off (docs/tunnels.md 'Egress')",
     )
     hostd.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     hostd.set_defaults(run=_run_hostd)

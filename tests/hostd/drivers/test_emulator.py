@@ -50,6 +50,7 @@ from devyard.hostd.drivers import (
 )
 from devyard.hostd.drivers.emulator import EmulatorConfig, EmulatorDevice, Mode, emulator_argv
 from devyard.hostd.drivers.emulator.device import open_emulator_device
+from devyard.hostd.drivers.emulator.isolation import use_netns
 from devyard.hostd.drivers.virtual import VirtualDevice
 from devyard.hostd.endpoints.device_api import ApiRequest, DeviceApi
 from tests.ports import free_port
@@ -203,7 +204,10 @@ async def test_launch_runs_the_emulator_and_kills_it_when_it_does_not_boot(
     pid, *argv = record.read_text().split()
     port = int(argv[argv.index("-port") + 1])
     assert port % 2 == 0 and port >= 5754
-    assert argv == ["-avd", "pixel_8", "-no-window", "-no-audio", "-port", str(port), "-read-only"]
+    fixed = ["-avd", "pixel_8", "-no-window", "-no-audio", "-port", str(port), "-read-only"]
+    # In its own network namespace (root on Linux: test_emulator_netns.py) it asks hostd's DNS.
+    dns = ["-dns-server", "127.0.0.1"] if use_netns(config) else []
+    assert argv == fixed + dns
     assert not alive(int(pid)), "the emulator must be killed"
     assert not spec.sandbox_dir.exists()
 

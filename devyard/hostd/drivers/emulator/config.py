@@ -9,7 +9,9 @@ environment: `env` is the tools' whole environment. The mode follows from it:
   each instance takes the first address no other instance of this process holds, runs
   ``adb connect`` to it and ``adb disconnect`` on close. The device keeps running afterwards.
 - **launch** otherwise: ``emulator -avd AVD -no-window -no-audio -port N -read-only`` from the
-  SDK, with AVD = ``DEVYARD_EMULATOR_AVD``, else the spec's ``model``; killed on close.
+  SDK, with AVD = ``DEVYARD_EMULATOR_AVD``, else the spec's ``model``; killed on close. With
+  ``netns`` (hostd's ``--emulator-netns``, not the environment) it runs in a network
+  namespace of its own (isolation.py).
 
 Environment (all optional): ``ANDROID_SDK_ROOT`` (or ``ANDROID_HOME``) for
 ``emulator/emulator`` and ``platform-tools/adb`` (else both come from ``PATH``),
@@ -29,6 +31,8 @@ from typing import Final
 
 import attrs
 
+from ...netns import NetnsMode
+from ...netpolicy import NetPolicy
 from .._errors import InvalidSpecError
 
 __all__ = ["DEFAULT_BASE_PORT", "EmulatorConfig", "Mode"]
@@ -74,6 +78,12 @@ class EmulatorConfig:
     command_timeout: float = 30.0  # one adb command (shell, forward, connect...)
     transfer_timeout: float = 600.0  # adb install / push / pull
     env: Mapping[str, str] = attrs.field(factory=dict)  # the tools' whole environment
+    #: ``--emulator-netns``: each launched emulator in a network namespace of its own,
+    #: reaching only its instance's egress proxy (isolation.py, docs/tunnels.md).
+    netns: NetnsMode = attrs.field(default=NetnsMode.AUTO, converter=NetnsMode)
+    netns_prefix: str = "dyemu-"  # hostd's own (netns.owner_prefix): what its start sweeps
+    #: The host's policy (``--allow-network``) for the proxy a tunnel-less emulator gets.
+    net_policy: NetPolicy = attrs.field(factory=NetPolicy)
 
     @property
     def mode(self) -> Mode:

@@ -105,16 +105,17 @@ class EmulatorDevice(ScreenMixin, InputMixin, FilesMixin):
         return f"<EmulatorDevice {self._spec.instance_id} {serial} {self._state.value}>"
 
     # -- lifecycle --------------------------------------------------------------------------
-    async def start(self) -> None:
+    async def start(self, network: trio.Nursery) -> None:
         """Create the sandbox, get the device (launch or attach) and read what describe()
-        needs. Call once, then run `follow_logs` in a task; `aclose` undoes both."""
+        needs. Call once, then run `follow_logs` in a task; `aclose` undoes both. A launched
+        emulator's namespace relays run in ``network`` until `aclose` (isolation.py)."""
         if self._state is not State.NEW:
             raise RuntimeError("an EmulatorDevice starts once")
         self._state = State.RUNNING
         self._started_at = trio.current_time()
         self._logs = LogBuffer(started_at=self._started_at)
         await trio.Path(self._spec.sandbox_dir).mkdir(parents=True, exist_ok=True)
-        self._target = await acquire(self._config, self._adb, self._spec)
+        self._target = await acquire(self._config, self._adb, self._spec, network)
         await self._refresh_describe()
 
     async def aclose(self) -> None:
@@ -348,17 +349,15 @@ async def open_emulator_device(
     """Launch or attach as ``config`` says (hostd's CLI loads it: `EmulatorConfig.from_env`;
     default: tools from ``PATH``, launch mode); stop on exit."""
     device = EmulatorDevice(spec, config or EmulatorConfig())
-    try:
-        await device.start()
-        # follow_logs never raises: a lone exception is the body's, raised as the virtual
-        # driver would raise it, not wrapped in the nursery's group.
-        with collapse_single_group():
-            async with trio.open_nursery() as nursery:
+    # A lone exception is the body's (follow_logs and the relays never raise), raised as the
+    # virtual driver would raise it, not wrapped in the nursery's group.
+    with collapse_single_group():
+        async with trio.open_nursery() as nursery:
+            try:
+                await device.start(nursery)
                 nursery.start_soon(device.follow_logs)
-                try:
-                    yield device
-                finally:
-                    nursery.cancel_scope.cancel()
-    finally:
-        with trio.CancelScope(shield=True):
-            await device.aclose()
+                yield device
+            finally:
+                with trio.CancelScope(shield=True):
+                    await device.aclose()  # the emulator first, then its namespace's relays
+                nursery.cancel_scope.cancel()

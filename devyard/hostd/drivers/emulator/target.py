@@ -28,6 +28,7 @@ from .._errors import DeviceError, InvalidSpecError
 from ..base import DeviceSpec
 from .adb import AdbCli, AdbError
 from .config import MAX_EMULATORS, EmulatorConfig, Mode
+from .isolation import DNS_INSIDE, Isolation, check_mode_for_attach, use_netns
 
 __all__ = ["Target", "acquire", "attach", "emulator_argv", "emulator_env", "launch"]
 
@@ -57,15 +58,19 @@ class Target:
             await self._stop()
 
 
-async def acquire(config: EmulatorConfig, adb: AdbCli, spec: DeviceSpec) -> Target:
+async def acquire(
+    config: EmulatorConfig, adb: AdbCli, spec: DeviceSpec, network: trio.Nursery
+) -> Target:
     """Launch or attach as ``config`` says. A spec with an ``http_proxy`` (a tunnel-attached
-    instance) needs a launch: only a launched emulator can be given its proxy's credentials."""
+    instance) needs a launch: only a launched emulator can be given its proxy's credentials.
+    ``network`` runs a launched emulator's namespace and relays (isolation.py) until `stop`."""
     if config.mode is Mode.ATTACH:
         if spec.http_proxy is not None:
             raise InvalidSpecError(
                 "a tunnel-attached instance needs an emulator this host launches: an attached "
                 "one (DEVYARD_EMULATOR_ATTACH) cannot be given its egress proxy's credentials"
             )
+        check_mode_for_attach(config)
         return await attach(config, adb)
     avd = config.avd or spec.model
     if not avd:
@@ -73,8 +78,9 @@ async def acquire(config: EmulatorConfig, adb: AdbCli, spec: DeviceSpec) -> Targ
             "android-emulator needs an AVD to launch: set DEVYARD_EMULATOR_AVD or the model"
         )
     return await launch(
-        config, adb, avd, spec.sandbox_dir / "emulator.log", http_proxy=spec.http_proxy
-    )
+        config, adb, avd, spec.sandbox_dir / "emulator.log", http_proxy=spec.http_proxy,
+        network=network, instance_id=spec.instance_id,
+    )  # fmt: skip
 
 
 # -- attach ---------------------------------------------------------------------------------
@@ -118,11 +124,15 @@ async def attach(config: EmulatorConfig, adb: AdbCli) -> Target:
 # -- launch ---------------------------------------------------------------------------------
 
 
-def emulator_argv(config: EmulatorConfig, avd: str, port: int) -> list[str]:
-    """The emulator command line for console port ``port`` (adbd listens on port + 1)."""
+def emulator_argv(
+    config: EmulatorConfig, avd: str, port: int, *, dns_server: str | None = None
+) -> list[str]:
+    """The emulator command line for console port ``port`` (adbd listens on port + 1);
+    ``dns_server`` before the operator's arguments (a ``-qemu ...`` of theirs stays last)."""
+    dns = ["-dns-server", dns_server] if dns_server else []
     return [
         config.resolve_emulator(), "-avd", avd, "-no-window", "-no-audio",
-        "-port", str(port), "-read-only", *config.emulator_args,
+        "-port", str(port), "-read-only", *dns, *config.emulator_args,
     ]  # fmt: skip
 
 
@@ -166,16 +176,34 @@ def _claim_console_port(config: EmulatorConfig) -> int:
 
 
 async def launch(
-    config: EmulatorConfig, adb: AdbCli, avd: str, log_path: Path, *, http_proxy: str | None = None
+    config: EmulatorConfig,
+    adb: AdbCli,
+    avd: str,
+    log_path: Path,
+    *,
+    http_proxy: str | None = None,
+    network: trio.Nursery | None = None,
+    instance_id: str = "",
 ) -> Target:
     """Start ``emulator -avd AVD ...`` (through ``http_proxy`` if given: `emulator_env`) and
-    wait for ``sys.boot_completed``."""
-    argv = emulator_argv(config, avd, 0)  # resolve the tool before claiming a port
+    wait for ``sys.boot_completed``. With a namespace (`use_netns`; needs ``network``) the
+    emulator runs in its own, launched through a relay to its proxy (isolation.py)."""
+    isolated = use_netns(config)
+    dns = DNS_INSIDE if isolated else None
+    argv = emulator_argv(config, avd, 0, dns_server=dns)  # the tool, before claiming a port
     env = emulator_env(config, http_proxy)
+    if isolated and network is None:
+        raise RuntimeError("launching in a network namespace needs a nursery for its relays")
     port = _claim_console_port(config)
     argv[argv.index("-port") + 1] = str(port)
     serial = f"emulator-{port}"
+    isolation: Isolation | None = None
     try:
+        if isolated and network is not None:
+            isolation = Isolation(config, instance_id, port, http_proxy)
+            await network.start(isolation.run)
+            argv = isolation.wrap(argv)
+            env = emulator_env(config, isolation.proxy_url)
         log_file = await trio.to_thread.run_sync(lambda: log_path.open("wb"))
         try:
             proc = await trio.lowlevel.open_process(
@@ -185,6 +213,9 @@ async def launch(
         finally:
             log_file.close()  # the child has its own descriptor
     except BaseException:
+        with trio.CancelScope(shield=True):
+            if isolation is not None:
+                await isolation.aclose()
         _CLAIMED.discard(("127.0.0.1", port))
         raise
 
@@ -192,21 +223,29 @@ async def launch(
         try:
             await _stop_emulator(proc, adb, serial, config)
         finally:
+            if isolation is not None:
+                await isolation.aclose()
             _CLAIMED.discard(("127.0.0.1", port))
 
     target = Target(Mode.LAUNCH, serial, ("127.0.0.1", port + 1), avd, stop)
     try:
-        await _boot(proc, adb, serial, config, log_path)
+        await _boot(proc, adb, serial, config, log_path, isolation)
     except BaseException:
         await target.stop()
         raise
     return target
 
 
-async def _boot(
-    proc: trio.Process, adb: AdbCli, serial: str, config: EmulatorConfig, log_path: Path
+async def _boot(  # noqa: PLR0917 - one private call site
+    proc: trio.Process,
+    adb: AdbCli,
+    serial: str,
+    config: EmulatorConfig,
+    log_path: Path,
+    isolation: Isolation | None,
 ) -> None:
-    """Wait for boot, failing early with the emulator's output if it exits first."""
+    """Wait for boot, failing early with the emulator's output if it exits first. In a
+    namespace the adb server learns of the emulator from us (`Isolation.register`)."""
     exited: int | None = None
 
     async def watch(cancel: trio.CancelScope) -> None:
@@ -217,6 +256,8 @@ async def _boot(
     with trio.move_on_after(config.boot_timeout) as deadline:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(watch, nursery.cancel_scope)
+            if isolation is not None:
+                nursery.start_soon(isolation.register, adb)
             await adb.run("wait-for-device", serial=serial, time_limit=config.boot_timeout)
             await _wait_booted(adb, serial, config)
             nursery.cancel_scope.cancel()
