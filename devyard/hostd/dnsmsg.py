@@ -1,4 +1,4 @@
-"""Just enough DNS (RFC 1035) to answer an address query from hostd's own resolver: pure.
+"""Answering an address query from hostd's own resolver, with dnspython's message codec.
 
 An emulator in its own network namespace has no route, so its guest's DNS (slirp's resolver
 at 10.0.2.3, which asks the servers it was given) would go nowhere. hostd answers it instead,
@@ -6,9 +6,9 @@ inside the namespace (drivers/emulator/isolation.py): `parse_query` takes one da
 returns the question it asks, or None for anything but one standard query of class IN with
 a plain host name (the caller drops those); `answer` builds the reply with the addresses
 hostd's resolver found (A for A, AAAA for AAAA, none for any other type: "no data"), `failure`
-one with an error code. No name compression is read (a query has one question), none is
-written beyond the pointer to that question. Replies fit 512 bytes (the classic UDP limit);
-addresses that would not fit are left out.
+one with an error code. Replies fit 512 bytes (the classic UDP limit); addresses that would
+not fit are left out. Parsing and writing are dnspython's (``dns.message``); what is ours is
+which queries we take and what we answer.
 
 Answering is not a way around the host's policy: the guest then connects to an address,
 which its egress proxy checks like any other.
@@ -19,102 +19,108 @@ from __future__ import annotations
 import enum
 import ipaddress
 import re
-import struct
 from collections.abc import Iterable
 from typing import Final
 
 import attrs
+import dns.exception
+import dns.flags
+import dns.message
+import dns.name
+import dns.opcode
+import dns.rcode
+import dns.rdataclass
+import dns.rdatatype
+import dns.rrset
 
 __all__ = ["MAX_QUERY", "Query", "Rcode", "answer", "failure", "parse_query"]
 
 MAX_QUERY: Final = 512
 _MAX_REPLY: Final = 512
-_HEADER: Final = struct.Struct("!HHHHHH")
-_TYPE_A: Final = 1
-_TYPE_AAAA: Final = 28
-_CLASS_IN: Final = 1
 _TTL: Final = 30
-_LABEL: Final = re.compile(rb"^[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?$")
+_LABEL: Final = re.compile(r"^[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?$")
+_FAMILIES: Final = {dns.rdatatype.A: 4, dns.rdatatype.AAAA: 6}
 
 
 class Rcode(enum.IntEnum):
-    NOERROR = 0
-    SERVFAIL = 2
-    NXDOMAIN = 3
+    NOERROR = dns.rcode.NOERROR
+    SERVFAIL = dns.rcode.SERVFAIL
+    NXDOMAIN = dns.rcode.NXDOMAIN
 
 
 @attrs.frozen
 class Query:
-    ident: int
-    recursion_desired: bool
+    message: dns.message.QueryMessage = attrs.field(repr=False)
     name: str  # lowercase, no trailing dot
     qtype: int
-    question: bytes  # the question section as sent, echoed in the reply
+
+    @property
+    def ident(self) -> int:
+        return int(self.message.id)
+
+    @property
+    def recursion_desired(self) -> bool:
+        return bool(self.message.flags & dns.flags.RD)
 
     @property
     def family(self) -> int | None:
         """4 or 6 for an A or AAAA query, else None (answered with no data)."""
-        return {_TYPE_A: 4, _TYPE_AAAA: 6}.get(self.qtype)
+        return _FAMILIES.get(dns.rdatatype.RdataType(self.qtype))
 
 
 def parse_query(data: bytes) -> Query | None:
-    """One standard query (QR=0, opcode 0, one question, class IN), or None."""
-    if not _HEADER.size < len(data) <= MAX_QUERY:
+    """One standard query (QR=0, opcode 0, one question, class IN, a host name), or None."""
+    if len(data) > MAX_QUERY:
         return None
-    ident, flags, qdcount, ancount, nscount, _arcount = _HEADER.unpack_from(data)
-    if flags & 0x8000 or (flags >> 11) & 0xF or qdcount != 1 or ancount or nscount:
+    try:
+        message = dns.message.from_wire(data)
+    except (dns.exception.DNSException, ValueError):
         return None
-    labels: list[bytes] = []
-    offset = _HEADER.size
-    while True:
-        if offset >= len(data):
-            return None
-        length = data[offset]
-        offset += 1
-        if length == 0:
-            break
-        label = data[offset : offset + length]
-        if length > 63 or len(label) != length or not _LABEL.match(label):
-            return None  # a compression pointer (0xC0..), a short or odd label
-        labels.append(label)
-        offset += length
-    if not labels or offset + 4 > len(data) or offset - _HEADER.size > 255:
+    if (
+        not isinstance(message, dns.message.QueryMessage)
+        or message.flags & dns.flags.QR
+        or message.opcode() != dns.opcode.QUERY
+        or len(message.question) != 1
+        or message.answer
+        or message.authority
+    ):
         return None
-    qtype, qclass = struct.unpack_from("!HH", data, offset)
-    if qclass != _CLASS_IN:
+    question = message.question[0]
+    labels = [label.decode("ascii", "replace") for label in question.name.labels if label]
+    if (
+        question.rdclass != dns.rdataclass.IN
+        or not labels
+        or not all(_LABEL.match(label) for label in labels)
+        or len(question.name.to_wire() or b"") > 255
+    ):
         return None
-    name = b".".join(labels).decode("ascii").lower()
-    question = data[_HEADER.size : offset + 4]
-    return Query(ident, bool(flags & 0x0100), name, qtype, question)
+    return Query(message, ".".join(labels).lower(), int(question.rdtype))
 
 
-def _reply(query: Query, rcode: Rcode, records: list[bytes]) -> bytes:
-    flags = 0x8000 | 0x0080 | int(rcode)  # QR, RA
-    if query.recursion_desired:
-        flags |= 0x0100
-    head = _HEADER.pack(query.ident, flags, 1, len(records), 0, 0)
-    return head + query.question + b"".join(records)
+def _response(query: Query, rcode: Rcode) -> dns.message.Message:
+    reply = dns.message.make_response(query.message, recursion_available=True)
+    reply.set_rcode(dns.rcode.Rcode(int(rcode)))
+    return reply
 
 
 def answer(
     query: Query, addresses: Iterable[ipaddress.IPv4Address | ipaddress.IPv6Address]
 ) -> bytes:
     """The reply carrying the ``addresses`` of the query's family (others are skipped)."""
-    records: list[bytes] = []
-    size = _HEADER.size + len(query.question)
+    reply = _response(query, Rcode.NOERROR)
     wanted = query.family
-    for address in dict.fromkeys(addresses):
-        if address.version != wanted:
-            continue
-        rtype = _TYPE_A if address.version == 4 else _TYPE_AAAA
-        rdata = address.packed
-        record = struct.pack("!HHHIH", 0xC000 | _HEADER.size, rtype, _CLASS_IN, _TTL, len(rdata))
-        if size + len(record) + len(rdata) > _MAX_REPLY:
-            break
-        records.append(record + rdata)
-        size += len(record) + len(rdata)
-    return _reply(query, Rcode.NOERROR, records)
+    chosen = [str(a) for a in dict.fromkeys(addresses) if a.version == wanted]
+    name = query.message.question[0].name
+    rdtype = dns.rdatatype.A if wanted == 4 else dns.rdatatype.AAAA
+    while chosen:  # as many as fit in 512 bytes
+        reply.answer = [dns.rrset.from_text_list(name, _TTL, "IN", rdtype, chosen)]
+        try:
+            return reply.to_wire(max_size=_MAX_REPLY)
+        except dns.exception.TooBig:
+            chosen.pop()
+    reply.answer = []
+    return reply.to_wire(max_size=_MAX_REPLY)
 
 
 def failure(query: Query, rcode: Rcode) -> bytes:
-    return _reply(query, rcode, [])
+    return _response(query, rcode).to_wire(max_size=_MAX_REPLY)
