@@ -33,6 +33,10 @@ Keys (file key / environment variable):
                                                     default 16
     secret_scanning_keys_url                        public keys of leaked-token reports
                         DEVYARD_SECRET_SCANNING_KEYS_URL  (POST /github_revoke, docs/security.md)
+    [billing]           DEVYARD_BILLING_PLANS (JSON)  docs/billing.md
+    plans               the plan catalog: a list of tables (tid, name, rank, monthly_fee,
+                        included_minutes, tiers, credits, concurrency, weights, price_id)
+    default_plan        the plan of an organization without a subscription (first plan)
     [rate_limit]
     enabled             DEVYARD_RATE_LIMIT_ENABLED  per-API-key token bucket on or off
     rate                DEVYARD_RATE_LIMIT_RATE     tokens per second
@@ -63,6 +67,8 @@ from typing import Any, Final
 from urllib.parse import urlsplit
 
 import attrs
+
+from .billing.plans import DEFAULT_CATALOG, Catalog, CatalogError, parse_catalog
 
 __all__ = [
     "ENV_CONFIG_FILE",
@@ -138,6 +144,7 @@ class ServerConfig:
     max_body_bytes: int = 1024 * 1024
     shutdown_grace: float = 10.0
     rate_limit: RateLimitConfig = RateLimitConfig()
+    billing: Catalog = DEFAULT_CATALOG  # the plan catalog (billing/plans.py)
     link_listen: ListenAddress | None = None
     link_tls_cert: Path | None = None
     link_tls_key: Path | None = None
@@ -299,6 +306,17 @@ def _path(value: object) -> Path:
     return Path(_str(value)).expanduser().absolute()
 
 
+def _list(value: object, what: str) -> list[object]:
+    if isinstance(value, str):  # the environment: JSON
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise ValueError(f"expected {what} (JSON in the environment)") from None
+    if not isinstance(value, list):
+        raise ValueError(f"expected {what}")
+    return value
+
+
 def _bool(value: object) -> bool:
     if isinstance(value, bool):
         return value
@@ -356,6 +374,8 @@ _PARSERS: Final[dict[str, Callable[[object], Any]]] = {
     "max_connectors_per_tunnel": _positive_int,
     "max_streams_per_instance": _positive_int,
     "secret_scanning_keys_url": _parse_public_url,
+    "billing.plans": lambda value: _list(value, "a list of plan tables"),
+    "billing.default_plan": _str,
     "rate_limit.enabled": _bool,
     "rate_limit.rate": _positive_float,
     "rate_limit.burst": _positive_int,
@@ -437,6 +457,12 @@ def load_server_config(
         k.split(".", 1)[1]: v for k, v in values.items() if k.startswith("rate_limit.")
     }
     rate_limit = RateLimitConfig(**limits)
+    try:
+        plans: Any = values.get("billing.plans", ())
+        default: Any = values.get("billing.default_plan")
+        catalog = parse_catalog(plans, default)
+    except CatalogError as exc:
+        raise ConfigError(str(exc)) from None
     top: dict[str, Any] = {k: v for k, v in values.items() if "." not in k}
     if ("link_tls_cert" in top) != ("link_tls_key" in top):
         raise ConfigError("link_tls_cert and link_tls_key go together (set both or neither)")
@@ -446,7 +472,7 @@ def load_server_config(
         raise ConfigError("tls_cert and tls_key go together (set both or neither)")
     if "tls_cert" in top and top.get("tls_self_signed"):
         raise ConfigError("tls_self_signed makes its own certificate: drop tls_cert/tls_key")
-    config = ServerConfig(rate_limit=rate_limit, **top)
+    config = ServerConfig(rate_limit=rate_limit, billing=catalog, **top)
     if not (config.tls_enabled or config.allow_plain_http or _is_loopback(config.listen.host)):
         raise ConfigError(
             f"refusing plain HTTP on the non-loopback address {config.listen.host}: give "

@@ -8,7 +8,7 @@ unimplemented operation is a start-up error rather than a surprise for a client.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 import trio
 from quart_trio import QuartTrio
@@ -29,7 +29,7 @@ from ..store.base import Store
 from ..tunnels import TunnelConnections, TunnelService
 from ._errors import install_error_handlers
 from .auth import Authenticator
-from .context import ApiState, Plan, install_state
+from .context import ApiState, install_state
 from .contract import Contract, load_document, rule_to_template
 from .pipeline import before_request
 from .ratelimit import KeyedRateLimiter
@@ -37,6 +37,7 @@ from .routes import (
     analytics,
     api_keys,
     assets,
+    billing,
     health,
     identity,
     instances,
@@ -46,15 +47,8 @@ from .routes import (
     tunnels,
 )
 
-__all__ = ["DEFAULT_PLANS", "api_state", "create_app", "local_asset_blobs"]
+__all__ = ["api_state", "create_app", "local_asset_blobs"]
 
-DEFAULT_PLANS: Mapping[str, Plan] = {
-    "self-hosted": Plan(
-        tid="self-hosted",
-        name="Self-hosted",
-        description="Your own deployment: no metering, limits set by your hardware.",
-    ),
-}
 
 # Methods the framework answers by itself; not API operations.
 _FRAMEWORK_METHODS = frozenset({"HEAD", "OPTIONS"})
@@ -70,6 +64,7 @@ _BLUEPRINTS = (
     analytics,
     assets,
     secret_scanning,
+    billing,
 )
 
 
@@ -92,7 +87,6 @@ def api_state(
     *,
     contract: Contract | None = None,
     clock: Callable[[], float] = trio.current_time,
-    plans: Mapping[str, Plan] = DEFAULT_PLANS,
     instances: InstanceService | None = None,
     tunnels: TunnelService | None = None,
     assets: AssetBlobs | None = None,
@@ -110,7 +104,6 @@ def api_state(
         authenticator=Authenticator(store, clock=clock),
         key_limiter=_limiter(config, clock),
         client_limiter=_limiter(config, clock),
-        plans=plans,
         instances=instances
         if instances is not None
         else InstanceService(

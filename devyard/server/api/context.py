@@ -29,7 +29,6 @@ from .ratelimit import KeyedRateLimiter
 
 __all__ = [
     "ApiState",
-    "Plan",
     "RequestInput",
     "body",
     "bool_param",
@@ -45,13 +44,6 @@ _STATE_KEY = "devyard"
 
 
 @attrs.frozen
-class Plan:
-    tid: str
-    name: str
-    description: str
-
-
-@attrs.frozen
 class ApiState:
     """Everything the handlers share, built once (``app.api_state``) and handed to
     ``create_app``: the one way a handler reaches a service, the store or the config."""
@@ -62,7 +54,6 @@ class ApiState:
     authenticator: Authenticator
     key_limiter: KeyedRateLimiter | None  # per API key; None when rate limiting is off
     client_limiter: KeyedRateLimiter | None  # per client address, anonymous writes only
-    plans: Mapping[str, Plan]
     instances: InstanceService
     tunnels: TunnelService
     assets: AssetBlobs

@@ -47,6 +47,7 @@ class Tier:
 class Plan:
     tid: str
     name: str
+    description: str = ""
     rank: int = 0
     currency: str = "usd"
     monthly_fee: int = 0
@@ -84,12 +85,19 @@ class Catalog:
 
 
 DEFAULT_CATALOG: Final = Catalog(
-    plans=(Plan(tid="self-hosted", name="Self-hosted"),), default_tid="self-hosted"
+    plans=(
+        Plan(
+            tid="self-hosted",
+            name="Self-hosted",
+            description="Your own deployment: no metering, limits set by your hardware.",
+        ),
+    ),
+    default_tid="self-hosted",
 )
 
 _PLAN_KEYS: Final = frozenset(
-    {"tid", "name", "rank", "currency", "monthly_fee", "included_minutes", "tiers", "credits",
-     "concurrency", "weights", "price_id"}
+    {"tid", "name", "description", "rank", "currency", "monthly_fee", "included_minutes",
+     "tiers", "credits", "concurrency", "weights", "price_id"}
 )  # fmt: skip
 
 
@@ -146,6 +154,11 @@ def _plan(entry: object, index: int) -> Plan:
         "tid": _str(entry.get("tid"), f"{where}.tid"),
         "name": _str(entry.get("name", entry.get("tid")), f"{where}.name"),
     }
+    if "description" in entry:
+        description = entry["description"]
+        if not isinstance(description, str) or len(description) > 1000:
+            raise CatalogError(f"{where}.description: expected a string of at most 1000")
+        fields["description"] = description
     for key in ("rank", "monthly_fee", "included_minutes", "credits"):
         if key in entry:
             fields[key] = _int(entry[key], f"{where}.{key}")

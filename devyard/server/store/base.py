@@ -507,6 +507,11 @@ class Store(Protocol):
     ) -> list[UsageBucket]:
         """Totals of the selected rows grouped by start time, only buckets that have rows."""
 
+    async def billed_minutes_by_platform(
+        self, org_id: str, usage_filter: UsageFilter
+    ) -> dict[str, int]:
+        """Billed minutes of the selected rows per platform (platforms with rows only)."""
+
     # -- instances (instances.py) ----------------------------------------------------------
     async def create_instance(
         self,

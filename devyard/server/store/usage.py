@@ -172,3 +172,14 @@ class SqlUsage:
             )
             for row in found
         ]
+
+    async def billed_minutes_by_platform(
+        self, org_id: str, usage_filter: UsageFilter
+    ) -> dict[str, int]:
+        where, params = _where(org_id, usage_filter)
+        sql = (
+            "SELECT u.platform AS platform, SUM(u.billed_minutes) AS minutes"  # noqa: S608
+            f" FROM usage_records u{where} GROUP BY u.platform"
+        )
+        found = await self._db.read(lambda tx: tx.fetchall(sql, params))
+        return {str(row["platform"]): int(row["minutes"] or 0) for row in found}

@@ -8,7 +8,7 @@ import trio
 from quart import Blueprint, Response, jsonify
 
 from ...store import errors as store_errors
-from .._errors import InternalError, NotFound
+from .._errors import InternalError
 from ..context import body, request_input, state
 from ..views import base_url
 
@@ -43,14 +43,6 @@ async def openapi_json() -> Response:
 @blueprint.get("/regions")
 async def list_regions() -> Response:
     return jsonify([{"name": state().config.region, "url": base_url()}])
-
-
-@blueprint.get("/plans/<planTid>")
-async def get_plan(planTid: str) -> dict[str, str]:
-    plan = state().plans.get(planTid)
-    if plan is None:
-        raise NotFound(f"plan {planTid!r} not found")
-    return {"tid": plan.tid, "name": plan.name, "description": plan.description}
 
 
 @blueprint.post("/feedback")
