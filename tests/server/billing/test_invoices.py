@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -21,6 +22,7 @@ from devyard.server.billing.plans import (
     Tier,
     parse_catalog,
 )
+from devyard.server.config import ConfigError, load_server_config
 
 TEAM = Plan(
     tid="team",
@@ -149,3 +151,23 @@ def test_the_catalog_parses_plans_and_names_what_is_wrong() -> None:
             parse_catalog(plans_)
     with pytest.raises(CatalogError, match="no plan 'gold'"):
         parse_catalog([{"tid": "a"}], default="gold")
+
+
+def test_the_server_config_file_carries_the_catalog_and_refuses_a_bad_one(tmp_path: Path) -> None:
+    good = tmp_path / "good.toml"
+    good.write_text(
+        'data_dir = "/d"\n[billing]\ndefault_plan = "team"\n'
+        '[[billing.plans]]\ntid = "free"\n'
+        '[[billing.plans]]\ntid = "team"\nrank = 1\nmonthly_fee = 4900\n'
+        "tiers = [{ up_to = 10, unit_amount = 3 }, { unit_amount = 2 }]\n"
+    )
+    config = load_server_config(file=good)
+    assert config.billing.default.tid == "team"
+    assert config.billing.default.tiers == (Tier(10, 3), Tier(None, 2))
+    assert load_server_config(flags={"data_dir": "/d"}).billing == DEFAULT_CATALOG
+    bad = tmp_path / "bad.toml"
+    bad.write_text('data_dir = "/d"\n[[billing.plans]]\ntid = "x"\nmonthly_fee = -1\n')
+    with pytest.raises(ConfigError, match=r"billing.plans\[0\].monthly_fee"):
+        load_server_config(file=bad)
+    env = {"DEVYARD_BILLING_PLANS": '[{"tid": "env-plan"}]'}
+    assert load_server_config(flags={"data_dir": "/d"}, env=env).billing.default.tid == "env-plan"
