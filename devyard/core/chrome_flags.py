@@ -109,10 +109,10 @@ class ChromeFlag:
 
 def parse_chrome_flag(text: str) -> ChromeFlag:
     """*text* as a flag, or `ChromeFlagError`."""
-    lab = _LAB.match(text)
+    lab = _LAB.fullmatch(text)
     if lab is not None:
         return ChromeFlag(text=text, lab=text)
-    switch = _SWITCH.match(text)
+    switch = _SWITCH.fullmatch(text)
     if switch is None:
         raise ChromeFlagError(
             ChromeFlagProblem.MALFORMED,
