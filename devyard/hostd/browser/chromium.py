@@ -187,6 +187,11 @@ class Chromium:
         return args
 
     def _prepare(self) -> None:
+        if not os.access(self.config.executable, os.X_OK):
+            raise DeviceError(
+                f"this host has no browser for the sandbox at {self.config.executable} "
+                "(Debian's chromium: scripts/deps)"
+            )
         profile = self.dir / "profile"
         profile.mkdir(parents=True, exist_ok=True, mode=0o700)
         labs = [flag.lab for flag in self.config.flags if flag.lab is not None]

@@ -21,13 +21,14 @@ import itertools
 import json
 import logging
 import weakref
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Final, Protocol, runtime_checkable
 
 import attrs
 import trio
-from trio_websocket import ConnectionClosed, HandshakeError, WebSocketConnection, open_websocket
+from trio_websocket import ConnectionClosed, HandshakeError, WebSocketConnection, wrap_client_stream
 
 from ...core import MuxStream, accept_open, reject_open
 from ...core.channel import RelayChannel
@@ -137,27 +138,48 @@ class _Cdp:
         return result
 
 
-def _browser_ws(chromium: Chromium, path: str | None = None) -> str:
-    return f"ws://127.0.0.1:{chromium.port}{path or chromium.browser_path}"
+@asynccontextmanager
+async def _devtools(
+    chromium: Chromium, path: str, max_message: int
+) -> AsyncIterator[WebSocketConnection]:
+    """A WebSocket to the browser's DevTools *path*. The TCP stream is ours, and closed
+    whatever happens (trio-websocket's own close may not finish under cancellation)."""
+    tcp = await trio.open_tcp_stream("127.0.0.1", chromium.port)
+    try:
+        async with trio.open_nursery() as nursery:
+            ws = await wrap_client_stream(
+                nursery, tcp, "127.0.0.1", path, max_message_size=max_message
+            )
+            try:
+                yield ws
+            finally:
+                nursery.cancel_scope.cancel()
+    finally:
+        await trio.aclose_forcefully(tcp)
 
 
 async def _show_pages(chromium: Chromium, screen: PageScreen) -> None:
-    async with open_websocket(
-        "127.0.0.1", chromium.port, chromium.browser_path, use_ssl=False,
-        max_message_size=MAX_RELAY_MESSAGE * 4,
-    ) as ws:  # fmt: skip
-        cdp = _Cdp(ws)
-        seen: list[str] = []  # page target ids, in the order they first appeared
-        sessions: dict[str, str] = {}
-        navigated = screen.browser_url()
-        while True:
-            await trio.sleep(SHOW_EVERY_S)
-            if not screen.browser_shown():
-                continue
-            try:
-                navigated = await _show_once(cdp, screen, seen, sessions, navigated)
-            except (DeviceError, trio.TooSlowError) as exc:
-                log.debug("browser of %s: no picture this time: %s", chromium.instance_id, exc)
+    """Until cancelled; if the browser's connection breaks, the browser's own task reports
+    why (its exit ends the instance), so this one just stops."""
+    try:
+        async with _devtools(chromium, chromium.browser_path, MAX_RELAY_MESSAGE * 4) as ws:
+            await _show_loop(_Cdp(ws), screen, chromium.instance_id)
+    except (ConnectionClosed, HandshakeError, OSError) as exc:
+        log.info("browser of %s: the screen lost its connection: %r", chromium.instance_id, exc)
+
+
+async def _show_loop(cdp: _Cdp, screen: PageScreen, instance_id: str) -> None:
+    seen: list[str] = []  # page target ids, in the order they first appeared
+    sessions: dict[str, str] = {}
+    navigated = screen.browser_url()
+    while True:
+        await trio.sleep(SHOW_EVERY_S)
+        if not screen.browser_shown():
+            continue
+        try:
+            navigated = await _show_once(cdp, screen, seen, sessions, navigated)
+        except (DeviceError, trio.TooSlowError) as exc:
+            log.debug("browser of %s: no picture this time: %s", instance_id, exc)
 
 
 async def _show_once(
@@ -207,10 +229,7 @@ async def serve_cdp(stream: MuxStream, device: DeviceDriver, request: Mapping[st
         return
     target = "/" + path if path.startswith("devtools/") else chromium.browser_path
     try:
-        async with open_websocket(
-            "127.0.0.1", chromium.port, target, use_ssl=False,
-            max_message_size=MAX_RELAY_MESSAGE,
-        ) as ws:  # fmt: skip
+        async with _devtools(chromium, target, MAX_RELAY_MESSAGE) as ws:
             await accept_open(stream)
             await _relay(RelayChannel(stream), ws)
     except HandshakeError as exc:
