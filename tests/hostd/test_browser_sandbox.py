@@ -21,6 +21,7 @@ import trio
 from trio_websocket import open_websocket
 
 from devyard.core._groups import leaves
+from devyard.core.chrome_flags import parse_chrome_flag
 from devyard.hostd.browser import BrowserConfig, Chromium, run_browser_sandbox
 from devyard.hostd.browser.sandbox import sandbox_of
 from devyard.hostd.drivers import DeviceError, DeviceSpec, Platform, open_device
@@ -142,3 +143,18 @@ async def test_a_browser_over_its_memory_limit_ends(tmp_path: Path) -> None:
     errors = [e for e in leaves(ended.value) if isinstance(e, DeviceError)]
     assert errors and "over its limit of 1 MiB" in str(errors[0]), ended.value
     assert not _profile_pids(tmp_path / "instance")
+
+
+def test_flags_reach_the_command_line_and_local_state(tmp_path: Path) -> None:
+    flags = tuple(map(parse_chrome_flag, ["--lang=de", "enable-foo@1", "--force-dark-mode"]))
+    chromium = Chromium("t", tmp_path, attrs.evolve(BrowserConfig(), flags=flags), _no_dial)
+    args = chromium.argv()
+    assert args[-3:] == ["--lang=de", "--force-dark-mode", "about:blank"]
+    assert "enable-foo@1" not in " ".join(args)
+    chromium._prepare()
+    state = json.loads((tmp_path / "browser" / "profile" / "Local State").read_text())
+    assert state == {"browser": {"enabled_labs_experiments": ["enable-foo@1"]}}
+
+
+async def _no_dial(host: str, port: int) -> trio.abc.Stream:
+    raise AssertionError("not dialled")

@@ -28,7 +28,7 @@ from ..drivers.base import AppInfo, LogLevel
 from .install_sessions import splits_of
 from .interpreter import CommandIO, Interpreter, command
 
-__all__ = ["LAUNCHER", "activity_of"]
+__all__ = ["LAUNCHER", "activity_of", "uid_of"]
 
 LAUNCHER: Final = "com.google.android.apps.nexuslauncher/.NexusLauncherActivity"
 _DEFAULT_ACTIVITY: Final = ".MainActivity"
@@ -59,16 +59,17 @@ def _hex(*parts: object) -> str:
     return hashlib.sha256("/".join(map(str, parts)).encode()).hexdigest()[:7]
 
 
-def _uid(pkg: str) -> int:
+def uid_of(pkg: str) -> int:
+    """The app's (stable, made-up) Linux uid, as dumpsys and `pm list packages -U` show it."""
     return 10000 + int(hashlib.sha256(pkg.encode()).hexdigest()[:4], 16) % 9000
 
 
 def _task(pkg: str) -> int:
-    return 100 + _uid(pkg) % 900
+    return 100 + uid_of(pkg) % 900
 
 
 def _pid(pkg: str) -> int:
-    return 2000 + _uid(pkg) % 20000
+    return 2000 + uid_of(pkg) % 20000
 
 
 def _foreground(device: object) -> str | None:
@@ -230,7 +231,7 @@ async def _dumpsys_activity(sh: Interpreter, args: Sequence[str], io: CommandIO)
     if args[:1] == ["top"]:
         await io.out(
             "TASK dumpsys activity top\n"
-            f"TASK {_uid(pkg)}:{pkg} id={_task(pkg)} userId=0\n"
+            f"TASK {uid_of(pkg)}:{pkg} id={_task(pkg)} userId=0\n"
             f"  ACTIVITY {focus} {_hex('a', focus)} pid={_pid(pkg)}\n"
         )
         return
@@ -239,16 +240,17 @@ async def _dumpsys_activity(sh: Interpreter, args: Sequence[str], io: CommandIO)
     lines = [
         "ACTIVITY MANAGER ACTIVITIES (dumpsys activity activities)",
         "Display #0 (activities from top to bottom):",
-        f"  * Task{{{_hex('t', pkg)} #{_task(pkg)} type=standard A={_uid(pkg)}:{pkg} U=0 "
+        f"  * Task{{{_hex('t', pkg)} #{_task(pkg)} type=standard A={uid_of(pkg)}:{pkg} U=0 "
         "visible=true mode=fullscreen translucent=false sz=1}",
         f"    topResumedActivity={record}",
         f"    * Hist  #0: {record}",
     ]
     for app in running:
         if app.app_id != pkg:
-            other = activity_of(sh.device, app.app_id)
-            lines.append(f"  * Task{{{_hex('t', app.app_id)} #{_task(app.app_id)} type=standard "
-                         f"A={_uid(app.app_id)}:{app.app_id} U=0 visible=false sz=1}}")  # fmt: skip
+            app_id = app.app_id
+            other = activity_of(sh.device, app_id)
+            lines.append(f"  * Task{{{_hex('t', app_id)} #{_task(app_id)} type=standard "
+                         f"A={uid_of(app_id)}:{app_id} U=0 visible=false sz=1}}")  # fmt: skip
             lines.append(f"    * Hist  #0: {_record(sh, other)}")
     lines += [
         "",
@@ -308,7 +310,7 @@ async def _package_block(sh: Interpreter, app: AppInfo) -> str:
     return (
         "Packages:\n"
         f"  Package [{pkg}] ({_hex('p', pkg)}):\n"
-        f"    userId={_uid(pkg)}\n"
+        f"    userId={uid_of(pkg)}\n"
         f"    pkg=Package{{{_hex('p', pkg)} {pkg}}}\n"
         f"    codePath={code_path}\n"
         f"    versionCode={code} minSdk=21 targetSdk={sdk}\n"

@@ -23,6 +23,7 @@ from PIL import Image
 from ..drivers._errors import AppNotFoundError, DeviceFileError, InstallError
 from ..drivers.base import Key, LogLevel, TouchAction
 from ..netdial import network_of
+from .activity_commands import uid_of
 from .install_sessions import SESSION_VERBS, pm_session
 from .interpreter import (
     SPECIAL_FILES,
@@ -220,10 +221,13 @@ async def _pm(sh: Interpreter, argv: Sequence[str], io: CommandIO) -> int:
         for app in sorted(await dev.list_apps(), key=lambda a: a.app_id):
             if ("-s" in opts and not app.system) or ("-3" in opts and app.system):
                 continue
-            if opts.get("", "") not in app.app_id:
+            if opts.get("", "") not in app.app_id or "-d" in opts:  # every app is enabled
                 continue
             prefix = f"/data/app/{app.app_id}/base.apk=" if "-f" in opts else ""
-            lines.append(f"package:{prefix}{app.app_id}\n")
+            extra = " versionCode:1" if "--show-versioncode" in opts else ""
+            extra += " installer=null" if "-i" in opts else ""
+            extra += f" uid:{uid_of(app.app_id)}" if "-U" in opts else ""
+            lines.append(f"package:{prefix}{app.app_id}{extra}\n")
         await io.out("".join(lines))
         return 0
     if verb == "uninstall" and args:

@@ -117,6 +117,11 @@ async def test_install_sessions_install_one_app_from_its_splits(
     assert "splits=[base, config.xxhdpi]" in out
     _, out, _ = await run(device, "pm list packages -3")
     assert out == "package:com.example.split\n"
+    _, out, _ = await run(device, "pm list packages -U -i split")
+    assert re.fullmatch(r"package:com\.example\.split installer=null uid:\d+\n", out), out
+    assert (await run(device, "pm list packages -d"))[1] == ""
+    _, out, _ = await run(device, "pm list packages -s chrome")
+    assert out == "package:com.android.chrome\n"
 
     status, out = await session(base, other)
     assert status == 1 and out.startswith("Failure [INSTALL_FAILED_INVALID_APK: split APKs of")
