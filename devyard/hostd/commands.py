@@ -34,10 +34,16 @@ def _parse_network(text: str) -> str:
     return text
 
 
+# hostd/browser's defaults, repeated here so that building the parser imports nothing
+_CHROMIUM: Final = "/usr/bin/chromium"
+_BROWSER_MEMORY_MIB: Final = 2048
+
+
 def _run_hostd(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     import trio  # noqa: PLC0415
 
     from .._process import setup_logging  # noqa: PLC0415
+    from .browser import BrowserConfig  # noqa: PLC0415
     from .daemon import HostdConfig, run_hostd  # noqa: PLC0415
     from .netpolicy import NetPolicy, parse_networks  # noqa: PLC0415
 
@@ -58,6 +64,9 @@ def _run_hostd(args: argparse.Namespace, env: Mapping[str, str]) -> int:
             + (f" (unknown: {', '.join(unknown)})" if unknown else ""),
             file=sys.stderr,
         )
+        return 2
+    if args.browser_memory_mib < 64:
+        print("devyard hostd: error: --browser-memory-mib must be at least 64", file=sys.stderr)
         return 2
     if args.capacity < 1:
         print("devyard hostd: error: --capacity must be at least 1", file=sys.stderr)
@@ -80,6 +89,9 @@ def _run_hostd(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         link=args.link,
         emulator=emulator,
         net_policy=NetPolicy(allow=parse_networks(args.allow_network)),
+        browser=BrowserConfig(
+            executable=Path(args.chromium), memory_limit=args.browser_memory_mib * 1024 * 1024
+        ),
     )
     return trio.run(lambda: run_hostd(config, err=sys.stderr))
 
@@ -121,6 +133,21 @@ def add_commands(sub: Sub) -> None:
         metavar="CIDR",
         help="a private network devices may dial and initial apps may come from (repeatable; "
         "by default only public addresses: docs/tunnels.md 'Egress')",
+    )
+    hostd.add_argument(
+        "--chromium",
+        default=_CHROMIUM,
+        metavar="PATH",
+        help=f"the browser of spec.sandbox.playwrightAndroid (default {_CHROMIUM}; "
+        "docs/sandbox.md)",
+    )
+    hostd.add_argument(
+        "--browser-memory-mib",
+        type=int,
+        default=_BROWSER_MEMORY_MIB,
+        metavar="MIB",
+        help="resident memory one instance's browser may use before it is ended "
+        f"(default {_BROWSER_MEMORY_MIB})",
     )
     hostd.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     hostd.set_defaults(run=_run_hostd)

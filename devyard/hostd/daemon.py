@@ -39,6 +39,7 @@ from ..core.link import (
     run_link,
 )
 from ..core.transports import link_url
+from .browser import BrowserConfig
 from .drivers import DriverOpener, Platform, drivers_by_name
 from .drivers.emulator import EmulatorConfig
 from .endpoints import serve_streams
@@ -94,6 +95,7 @@ class HostdConfig:
     link: str | None = None  # --link: a raw link port (tcp:// or tls://) or a WebSocket base
     emulator: EmulatorConfig | None = None  # the android-emulator driver's (the CLI loads it)
     net_policy: NetPolicy = attrs.field(factory=NetPolicy)  # --allow-network: netpolicy.py
+    browser: BrowserConfig = attrs.field(factory=BrowserConfig)  # --chromium: docs/sandbox.md
 
     @property
     def link_url(self) -> str:
@@ -172,6 +174,7 @@ async def serve_hostd(
                 egress=egress,
                 net_policy=config.net_policy,
                 server_url=config.server_url,
+                browser=config.browser,
             )
             task_status.started(supervisor)
             try:

@@ -91,6 +91,7 @@ class Supervisor:
         egress: EgressDialer,
         net_policy: NetPolicy | None = None,
         server_url: str | None = None,
+        browser: BrowserConfig | None = None,
     ) -> None:
         self._nursery = nursery
         self.instances_dir = data_dir / "instances"
@@ -103,7 +104,8 @@ class Supervisor:
         self.attach_timeout = ATTACH_TIMEOUT_S
         self.net_policy = NetPolicy() if net_policy is None else net_policy  # netpolicy.py
         self._asset_origins = () if server_url is None else (server_url,)  # it signs asset URLs
-        self.browser = BrowserConfig()  # the browser sandbox's defaults (hostd/browser)
+        # the browser sandbox's executable and limits (hostd/browser, docs/sandbox.md)
+        self.browser = BrowserConfig() if browser is None else browser
 
     def __repr__(self) -> str:
         return f"Supervisor(running={sorted(self._instances)})"

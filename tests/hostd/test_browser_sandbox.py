@@ -22,7 +22,9 @@ from trio_websocket import open_websocket
 
 from devyard.core._groups import leaves
 from devyard.core.chrome_flags import parse_chrome_flag
+from devyard.hostd import commands
 from devyard.hostd.browser import BrowserConfig, Chromium, run_browser_sandbox
+from devyard.hostd.browser.chromium import DEFAULT_CHROMIUM, DEFAULT_MEMORY_LIMIT
 from devyard.hostd.browser.sandbox import sandbox_of
 from devyard.hostd.drivers import DeviceError, DeviceSpec, Platform, open_device
 from devyard.hostd.drivers.virtual import VirtualDevice
@@ -158,3 +160,8 @@ def test_flags_reach_the_command_line_and_local_state(tmp_path: Path) -> None:
 
 async def _no_dial(host: str, port: int) -> trio.abc.Stream:
     raise AssertionError("not dialled")
+
+
+def test_the_cli_defaults_are_the_browsers() -> None:
+    assert str(DEFAULT_CHROMIUM) == commands._CHROMIUM
+    assert commands._BROWSER_MEMORY_MIB << 20 == DEFAULT_MEMORY_LIMIT
