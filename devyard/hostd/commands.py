@@ -38,10 +38,16 @@ def _parse_network(text: str) -> str:
     return text
 
 
+# hostd/browser's defaults, repeated here so that building the parser imports nothing
+_CHROMIUM: Final = "/usr/bin/chromium"
+_BROWSER_MEMORY_MIB: Final = 2048
+
+
 def _run_hostd(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     import trio  # noqa: PLC0415
 
     from .._process import setup_logging  # noqa: PLC0415
+    from .browser import BrowserConfig  # noqa: PLC0415
     from .daemon import HostdConfig, run_hostd  # noqa: PLC0415
     from .netpolicy import NetPolicy, parse_networks  # noqa: PLC0415
 
@@ -62,6 +68,9 @@ def _run_hostd(args: argparse.Namespace, env: Mapping[str, str]) -> int:
             + (f" (unknown: {', '.join(unknown)})" if unknown else ""),
             file=sys.stderr,
         )
+        return 2
+    if args.browser_memory_mib < 64:
+        print("devyard hostd: error: --browser-memory-mib must be at least 64", file=sys.stderr)
         return 2
     if args.capacity < 1:
         print("devyard hostd: error: --capacity must be at least 1", file=sys.stderr)
@@ -86,6 +95,9 @@ def _run_hostd(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         emulator=emulator,
         net_policy=policy,
         ca_file=Path(args.ca_file) if args.ca_file else None,
+        browser=BrowserConfig(
+            executable=Path(args.chromium), memory_limit=args.browser_memory_mib * 1024 * 1024
+        ),
     )
     return trio.run(lambda: run_hostd(config, err=sys.stderr))
 
@@ -167,6 +179,21 @@ def add_commands(sub: Sub) -> None:
         help="run each emulator this host launches in a network namespace of its own, "
         "reaching only its instance's egress proxy: auto (default: when root on Linux, else "
         "warn), required (refuse emulators without one), off (docs/tunnels.md 'Egress')",
+    )
+    hostd.add_argument(
+        "--chromium",
+        default=_CHROMIUM,
+        metavar="PATH",
+        help=f"the browser of spec.sandbox.playwrightAndroid (default {_CHROMIUM}; "
+        "docs/sandbox.md)",
+    )
+    hostd.add_argument(
+        "--browser-memory-mib",
+        type=int,
+        default=_BROWSER_MEMORY_MIB,
+        metavar="MIB",
+        help="resident memory one instance's browser may use before it is ended "
+        f"(default {_BROWSER_MEMORY_MIB})",
     )
     hostd.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     hostd.set_defaults(run=_run_hostd)

@@ -40,6 +40,7 @@ from ..core.link import (
 )
 from ..core.tls import client_context
 from ..core.transports import link_url
+from .browser import BrowserConfig
 from .drivers import DriverOpener, Platform, drivers_by_name
 from .drivers.emulator import EmulatorConfig
 from .endpoints import serve_streams
@@ -96,6 +97,7 @@ class HostdConfig:
     emulator: EmulatorConfig | None = None  # the android-emulator driver's (the CLI loads it)
     net_policy: NetPolicy = attrs.field(factory=NetPolicy)  # --allow-network: netpolicy.py
     ca_file: Path | None = None  # --ca-file: a CA trusted besides the system's (core/tls.py)
+    browser: BrowserConfig = attrs.field(factory=BrowserConfig)  # --chromium: docs/sandbox.md
 
     @property
     def link_url(self) -> str:
@@ -176,6 +178,7 @@ async def serve_hostd(
                 net_policy=config.net_policy,
                 server_url=config.server_url,
                 tls=tls,
+                browser=config.browser,
             )
             task_status.started(supervisor)
             try:

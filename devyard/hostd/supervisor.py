@@ -33,7 +33,9 @@ import trio
 
 from ..core import OpenError
 from ..core._groups import leaves
+from ..core.chrome_flags import ChromeFlagError
 from ..core.selectors import parse_selectors
+from .browser import BrowserConfig, browser_config, run_browser_sandbox, wants_browser
 from .drivers import (
     AndroidDevice,
     DeviceDriver,
@@ -91,6 +93,7 @@ class Supervisor:
         net_policy: NetPolicy | None = None,
         server_url: str | None = None,
         tls: ssl.SSLContext | None = None,
+        browser: BrowserConfig | None = None,
     ) -> None:
         self._nursery = nursery
         self.instances_dir = data_dir / "instances"
@@ -104,6 +107,8 @@ class Supervisor:
         self.net_policy = NetPolicy() if net_policy is None else net_policy  # netpolicy.py
         self._asset_origins = () if server_url is None else (server_url,)  # it signs asset URLs
         self._tls = tls  # verifies https asset servers: the system store plus --ca-file
+        # the browser sandbox's executable and limits (hostd/browser, docs/sandbox.md)
+        self.browser = BrowserConfig() if browser is None else browser
 
     def __repr__(self) -> str:
         return f"Supervisor(running={sorted(self._instances)})"
@@ -160,7 +165,24 @@ class Supervisor:
         self._instances[instance_id] = instance
         assets = list(order.get("initial_assets") or [])
         tunnel = order.get("tunnel") if isinstance(order.get("tunnel"), dict) else None
-        self._nursery.start_soon(self._run, instance, spec, opener, assets, tunnel)
+        browser = self._browser(order)
+        if isinstance(browser, str):
+            del self._instances[instance_id]
+            self._emit(instance_id, "terminated", browser)
+            return
+        self._nursery.start_soon(self._run, instance, spec, opener, assets, tunnel, browser)
+
+    def _browser(self, order: dict[str, Any]) -> BrowserConfig | str | None:
+        """The order's browser sandbox (hostd/browser), None, or why the order is bad."""
+        order_spec = order.get("spec")
+        if not isinstance(order_spec, dict):
+            return None
+        if not wants_browser(order_spec):
+            return None
+        try:
+            return browser_config(order_spec, self.browser)
+        except ChromeFlagError as exc:
+            return f"bad order: {exc.message}"
 
     def stop(self, instance_id: str) -> None:
         instance = self._instances.get(instance_id)
@@ -253,13 +275,14 @@ class Supervisor:
 
     # ---- one instance ---------------------------------------------------------------------
 
-    async def _run(
+    async def _run(  # noqa: PLR0917 - the parts of one order
         self,
         instance: _Instance,
         spec: DeviceSpec,
         opener: DriverOpener,
         assets: list[dict[str, Any]],
         tunnel: dict[str, Any] | None,
+        browser: BrowserConfig | None = None,
     ) -> None:
         error: str | None = None
         try:
@@ -282,6 +305,11 @@ class Supervisor:
                         trusted=self._asset_origins,
                         tls=self._tls,
                     )
+                    if browser is not None:  # dials like the device: its tunnel, its policy
+                        direct = EgressProxy(instance.instance_id, (), None, policy=self.net_policy)
+                        dial = direct.dial if proxy is None else proxy.dial
+                        where = spec.sandbox_dir
+                        await tasks.start(run_browser_sandbox, device, where, browser, dial)
                     forced = forced_app(assets)
                     if forced is not None:
                         tasks.start_soon(keep_in_foreground, device, forced)

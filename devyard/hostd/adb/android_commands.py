@@ -1,5 +1,6 @@
-"""The Android commands of the interpreter: getprop, input, am, monkey, pm / cmd, screencap, wm,
-settings, logcat, and the made-up /proc/net/unix.
+"""The Android commands of the interpreter: getprop, input, monkey, pm / cmd, screencap, wm,
+settings, and the made-up /proc/net/unix (logcat: logcat.py; am, dumpsys: activity_commands.py;
+``pm install-create/-write/-commit``: install_sessions.py).
 
 Each maps onto one verb of the device (devyard.hostd.drivers.base) and prints what the real
 command prints where tools read it: `pm install` prints `Success` (adb install checks it),
@@ -22,6 +23,8 @@ from PIL import Image
 from ..drivers._errors import AppNotFoundError, DeviceFileError, InstallError
 from ..drivers.base import Key, LogLevel, TouchAction
 from ..netdial import network_of
+from .activity_commands import uid_of
+from .install_sessions import SESSION_VERBS, pm_session
 from .interpreter import (
     SPECIAL_FILES,
     CommandIO,
@@ -149,35 +152,6 @@ def _options(args: Sequence[str], with_value: frozenset[str]) -> dict[str, str]:
     return found
 
 
-_AM_VALUED: Final = frozenset({"-a", "-d", "-t", "-c", "-n", "-f", "--user", "-e", "--es"})
-
-
-@command("am")
-async def _am(sh: Interpreter, argv: Sequence[str], io: CommandIO) -> int:
-    verb = argv[1] if len(argv) > 1 else ""
-    if verb in ("start", "start-activity"):
-        opts = _options(argv[2:], _AM_VALUED)
-        component, url = opts.get("-n", ""), opts.get("-d", "") or opts.get("", "")
-        await io.out(f"Starting: Intent {{ act={opts.get('-a', '')} dat={url} cmp={component} }}\n")
-        try:
-            if component:
-                await sh.device.launch(component.split("/")[0])
-            elif url:
-                await sh.device.open_url(url)
-            else:
-                await io.err("Error: nothing to start (give -n COMPONENT or -d URL)\n")
-                return 1
-        except AppNotFoundError as exc:
-            await io.err(f"Error: Activity not started, unable to resolve Intent: {exc}\n")
-            return 1
-        return 0
-    if verb == "force-stop" and len(argv) > 2:
-        await sh.device.terminate(argv[-1])
-        return 0
-    await io.err(f"am: unsupported command {verb!r}\n")
-    return 1
-
-
 @command("monkey")
 async def _monkey(sh: Interpreter, argv: Sequence[str], io: CommandIO) -> int:
     opts = _options(argv[1:], frozenset({"-p", "-c", "-s", "--throttle"}))
@@ -239,16 +213,21 @@ async def _pm(sh: Interpreter, argv: Sequence[str], io: CommandIO) -> int:
     dev = sh.device
     if verb == "install":
         return await _pm_install(sh, args, io)
+    if verb in SESSION_VERBS:  # install-create / -write / -commit / -abandon (adb install-multiple)
+        return await pm_session(sh, verb, args, io)
     if verb == "list" and tuple(args[:1]) == ("packages",):
         opts = _options(args[1:], frozenset({"--user"}))
         lines = []
         for app in sorted(await dev.list_apps(), key=lambda a: a.app_id):
             if ("-s" in opts and not app.system) or ("-3" in opts and app.system):
                 continue
-            if opts.get("", "") not in app.app_id:
+            if opts.get("", "") not in app.app_id or "-d" in opts:  # every app is enabled
                 continue
             prefix = f"/data/app/{app.app_id}/base.apk=" if "-f" in opts else ""
-            lines.append(f"package:{prefix}{app.app_id}\n")
+            extra = " versionCode:1" if "--show-versioncode" in opts else ""
+            extra += " installer=null" if "-i" in opts else ""
+            extra += f" uid:{uid_of(app.app_id)}" if "-U" in opts else ""
+            lines.append(f"package:{prefix}{app.app_id}{extra}\n")
         await io.out("".join(lines))
         return 0
     if verb == "uninstall" and args:
@@ -342,27 +321,6 @@ async def _settings(sh: Interpreter, argv: Sequence[str], io: CommandIO) -> int:
             await io.err("usage: settings [--user N] get|put|delete|list NAMESPACE [KEY [VALUE]]\n")
             return 1
     return 0
-
-
-def _logcat_line(time: float, level: str, tag: str, message: str) -> str:
-    minutes, seconds = divmod(time, 60)
-    hours, minutes = divmod(int(minutes), 60)
-    stamp = f"01-01 {hours:02d}:{minutes:02d}:{seconds:06.3f}"
-    return f"{stamp}  1000  1000 {level} {tag}: {message}\n"
-
-
-@command("logcat")
-async def _logcat(sh: Interpreter, argv: Sequence[str], io: CommandIO) -> int:
-    """`-d` dumps and exits; without it we follow until the host closes the stream."""
-    if "-c" in argv:
-        return 0  # the ring buffer forgets on its own; clearing is not a verb of the device
-    entries = sh.device.logs()
-    while True:
-        for e in entries:
-            await io.out(_logcat_line(e.time, e.level.value, e.tag, e.message))
-        if "-d" in argv:
-            return 0
-        entries = await sh.device.wait_logs(after=entries[-1].seq if entries else 0)
 
 
 @command("remount")

@@ -21,7 +21,12 @@ from typing import Final
 import attrs
 from trio.lowlevel import checkpoint
 
-from . import android_commands, net_commands  # noqa: F401  (they register their commands)
+from . import (  # noqa: F401  (they register their commands)
+    activity_commands,
+    android_commands,
+    logcat,
+    net_commands,
+)
 from ._errors import ServiceError
 from .connection import AdbConnection
 from .device import AdbDevice

@@ -22,6 +22,7 @@ from ...core.adb_splice import adb_splice
 from ..adb import ProtocolError as AdbProtocolError
 from ..adb import serve_adb
 from ..adb.device import AdbDevice
+from ..browser import serve_cdp
 from ..drivers import AndroidDevice, DeviceDriver, Platform, PortClosedError
 from .browser import serve_browser_stream
 from .device_api import serve_device_api
@@ -110,6 +111,8 @@ async def _serve_kind(stream: MuxStream, request: dict[str, Any], device: Device
         await serve_browser_stream(stream, device)
     elif kind == "adb":
         await _serve_adb_kind(stream, device)
+    elif kind == "cdp":  # the browser sandbox (hostd/browser)
+        await serve_cdp(stream, device, request)
     elif kind == "http":
         port = request.get("port")
         if not isinstance(port, int) or not 0 < port < 65536:

@@ -188,6 +188,8 @@ class AssetBlobs:
             )
         resolved: list[dict[str, Any]] = []
         for index, entry in enumerate(entries):
+            if entry.get("kind") == "Configuration":
+                continue  # a Chrome flag for the browser sandbox: the host reads it from the spec
             source = str(entry["source"])
             field = _SOURCE_FIELDS[source]
             value = entry.get(field)

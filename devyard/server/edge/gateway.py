@@ -58,6 +58,7 @@ from .asgi import (
     send_http_error,
 )
 from .asgi_stream import ASGIWebSocketStream, Receive, Send
+from .cdp import CDP_ENDPOINT, is_discovery, serve_discovery
 from .links import Edge
 
 log = logging.getLogger(__name__)
@@ -79,9 +80,10 @@ _TOUCH_EVERY_S: Final = 10.0
 RECHECK_VIEW_S: Final = 5.0
 _GONE: Final = (RemoteProtocolError, trio.BrokenResourceError, OSError)
 _CHUNK: Final = 256 * 1024
-_FULL_TOKEN_ONLY: Final = frozenset({"api", "adb"})
-#: The endpoints whose token may come as ``?token=`` (the stream URLs, spec 2.1).
-_QUERY_TOKEN: Final = frozenset({"watch", "endpoint"})
+_FULL_TOKEN_ONLY: Final = frozenset({"api", "adb", CDP_ENDPOINT})
+#: The endpoints whose token may come as ``?token=`` (the stream URLs, spec 2.1; the CDP URL
+#: for tools that take a bare URL, cdp.py).
+_QUERY_TOKEN: Final = frozenset({"watch", "endpoint", CDP_ENDPOINT})
 _OUTGOING: Final = 4  # messages waiting for the browser (a slow browser slows the host)
 _VIEW_ONLY_ERROR: Final = json.dumps(
     {"type": "error", "message": "this stream is view-only: only frame requests are accepted"}
@@ -182,9 +184,16 @@ class InstanceGateway:
 
     async def _http(self, scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
         try:
-            access, endpoint, rest, _ = await self._admit(
+            access, endpoint, rest, token = await self._admit(
                 str(scope["path"]), scope.get("headers", []), bytes(scope.get("query_string", b""))
             )
+            if endpoint == CDP_ENDPOINT and is_discovery(rest):
+                in_query = bearer_from(scope.get("headers", [])) is None
+                await serve_discovery(
+                    scope, send, lambda path: self._open(access, "cdp", path=path), rest,
+                    query_token=token if in_query else None,
+                )  # fmt: skip
+                return
             if endpoint == "watch":
                 if scope["method"] not in ("GET", "HEAD"):
                     raise _Refused(405, "method_not_allowed", "the viewer page takes GET")
@@ -214,12 +223,14 @@ class InstanceGateway:
         if first.get("type") != "websocket.connect":
             return
         try:
-            access, endpoint, _, token = await self._admit(
+            access, endpoint, rest, token = await self._admit(
                 str(scope["path"]), scope.get("headers", []), bytes(scope.get("query_string", b""))
             )
             self._check_room(access)
             if endpoint == "endpoint":
                 stream = await self._open(access, "device-stream")
+            elif endpoint == CDP_ENDPOINT:  # cdp.py
+                stream = await self._open(access, "cdp", path=rest)
             elif endpoint == "adb":
                 stream = await self._open_adb(access)
             else:
@@ -240,7 +251,7 @@ class InstanceGateway:
                         self._recheck, access.instance_id, token, revoked, nursery.cancel_scope
                     )
                 try:
-                    if endpoint == "endpoint":
+                    if endpoint in ("endpoint", CDP_ENDPOINT):
                         await _relay(stream, receive, send, view_only=access.view_only)
                     else:
                         await splice(ASGIWebSocketStream(receive, send), stream)

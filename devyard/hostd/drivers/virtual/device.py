@@ -66,6 +66,7 @@ from types import TracebackType
 from typing import Final, NoReturn
 from urllib.parse import urlsplit
 
+import attrs
 import trio
 
 from .._errors import AppNotFoundError, InvalidInputError, UnsupportedOperationError
@@ -351,6 +352,25 @@ class VirtualDevice:
 
     def foreground_app(self) -> str | None:
         return self._live.screen.foreground
+
+    # -- the browser sandbox's page (hostd/browser: `PageScreen`) ---------------------------
+    def browser_shown(self) -> bool:
+        """Whether the browser app is in the foreground (its page is on the screen)."""
+        screen = self._live.screen
+        return bool(self._model.browser) and screen.foreground == self._model.browser
+
+    def browser_url(self) -> str:
+        """The URL the browser shows (set by `open_url`, typing, or `show_page`)."""
+        return self._live.screen.url
+
+    def page_viewport(self) -> tuple[int, int]:
+        """Pixels of the browser's content area, as the screen is rotated now."""
+        area = self._live.screen.layout.content
+        return area.width, area.height
+
+    def show_page(self, png: bytes, url: str) -> None:
+        """Show the browser sandbox's page *png* (at *url*) as the browser's content."""
+        self._live.update(attrs.evolve(self._live.screen, page=png, url=url or ""))
 
     # -- files ------------------------------------------------------------------------------
     async def push(

@@ -179,6 +179,8 @@ def _app_window(
 def _content(screen: Screen, layout: Layout, app: UiApp, browser: bool) -> Image.Image:
     """The scrolling body, drawn on its own canvas so rows clip at its edges."""
     area = layout.content
+    if browser and screen.page is not None:
+        return _page(screen.page, area.width, max(1, area.height))
     canvas = Image.new("RGB", (area.width, max(1, area.height)), PAPER)
     draw = ImageDraw.Draw(canvas)
     font = _font(layout.scaled(15))
@@ -199,6 +201,20 @@ def _content(screen: Screen, layout: Layout, app: UiApp, browser: bool) -> Image
         draw.line((margin, top + rows - 1, area.width - margin, top + rows - 1), fill=LINE)
         label = f"{host} paragraph {row - first + 1}" if browser else f"{app.label} item {row + 1}"
         draw.text((margin, top + rows // 2), label, font=font, fill=INK, anchor="lm")
+    return canvas
+
+
+def _page(png: bytes, width: int, height: int) -> Image.Image:
+    """The browser sandbox's page, scaled to the content's width, top-aligned."""
+    canvas = Image.new("RGB", (width, height), PAPER)
+    try:
+        with Image.open(io.BytesIO(png)) as page:
+            page.load()
+            scale = width / max(1, page.width)
+            size = (width, max(1, round(page.height * scale)))
+            canvas.paste(page.convert("RGB").resize(size, Image.Resampling.BILINEAR), (0, 0))
+    except (OSError, ValueError):
+        pass  # not a picture: an empty page
     return canvas
 
 

@@ -69,6 +69,8 @@ class Screen:
     fields: tuple[tuple[str, str], ...] = ()  # text per screen: LAUNCHER or an app id
     scrolls: tuple[tuple[str, int], ...] = ()  # app id -> offset in pixels
     url: str = ""
+    # the browser sandbox's page (PNG), shown as the browser's content (hostd/browser)
+    page: bytes | None = attrs.field(default=None, repr=False)
     marks: tuple[TouchMark, ...] = ()
     awake: bool = True
 

@@ -23,6 +23,11 @@ from ...instances import (
     UnknownPlacement,
 )
 from ...instances.placement import ModelNotAllowed, check_model
+from ...instances.sandbox_spec import (
+    SandboxSpecError,
+    check_sandbox_spec,
+    playwright_android_enabled,
+)
 from ...store import errors as store_errors
 from ...store.base import Instance, InstanceState, Platform, Role
 from .._errors import (
@@ -89,6 +94,14 @@ def _urls(instance: Instance, base: str, credential: str | None) -> dict[str, st
     return urls
 
 
+def _sandbox_urls(instance: Instance, base: str) -> dict[str, Any]:
+    """``status.sandbox`` (docs/sandbox.md): the CDP endpoint of the instance's browser."""
+    if instance.platform is Platform.ANDROID and playwright_android_enabled(instance.spec):
+        ws = "ws" + base.removeprefix("http")
+        return {"playwrightAndroid": {"url": f"{ws}/v1/instances/{instance.id}/cdp"}}
+    return {}
+
+
 def instance_view(
     instance: Instance, *, base_url: str, show_tokens: bool, viewer: str | None = None
 ) -> dict[str, Any]:
@@ -118,6 +131,8 @@ def instance_view(
     if instance.state is InstanceState.READY:
         credential = _stream_credential(instance, control=show_tokens, viewer=viewer)
         status.update(_urls(instance, base_url, credential))
+        if sandbox := _sandbox_urls(instance, base_url):
+            status["sandbox"] = sandbox
     # The spec as stored, plus the region that handles it (the SDKs' models require
     # ``spec.region``: the pinned region, or where placement put the instance).
     spec = {**instance.spec, "region": instance.region}
@@ -188,6 +203,7 @@ async def create_instance() -> Response:
     )
     service = state().instances
     try:
+        check_sandbox_spec(new.platform.value, new.spec)
         check_model(
             new.platform.value,
             new.spec.get("model"),
@@ -202,6 +218,8 @@ async def create_instance() -> Response:
         raise Unprocessable(str(exc), reason="unknown_region") from exc
     except ModelNotAllowed as exc:
         raise Unprocessable(str(exc), reason="model_not_allowed") from exc
+    except SandboxSpecError as exc:
+        raise Unprocessable(str(exc), reason="sandbox_not_supported") from exc
     except TunnelRejected as exc:
         raise from_tunnel_rejected(exc) from exc
     except NoCapacity as exc:
