@@ -65,6 +65,7 @@ _SAY_GRACE: Final = 2.0
 _PLATFORMS_BY_DRIVER: Final = {
     "virtual": ("android", "ios", "xcode", "gradle"),
     "android-emulator": ("android",),
+    "gradle": ("gradle",),
 }
 
 

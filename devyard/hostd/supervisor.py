@@ -140,6 +140,7 @@ class Supervisor:
                 sandbox_dir=self.sandbox_of(instance_id),
                 model=order.get("model"),
                 os_version=order.get("os_version"),
+                organization_id=str(order.get("organization_id") or ""),
             )
         except ValueError as exc:
             self._emit(instance_id, "terminated", f"bad order: {exc}")
