@@ -203,30 +203,41 @@ async def _pump(source: trio.abc.ReceiveStream, lines: _Lines) -> None:
 
 
 async def run_exec(
-    run: Exec, argv: list[str], *, workspace: Path, on_end: Callable[[Exec], None]
+    run: Exec,
+    argv: Callable[..., list[str]],
+    *,
+    workspace: Path,
+    on_end: Callable[[Exec], None],
 ) -> None:
-    """Run *argv* (the sandboxed command line) for *run* to its end, cancel or timeout; then
-    collect the artifacts of a success and emit ``exitCode``."""
+    """Run ``argv(info_fd=N)`` (the sandboxed command line) for *run* to its end, cancel or
+    timeout; then collect the artifacts of a success and emit ``exitCode``."""
     run.emit("command", run.plan.display)
     status, code, error = ExecStatus.FAILED, 1, None
+    info_read, info_write = os.pipe()
     try:
         process = await trio.lowlevel.open_process(
-            argv,
+            argv(info_fd=info_write),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
+            pass_fds=(info_write,),
             env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
         )
     except OSError as exc:
+        os.close(info_read)
         run.finish(ExecStatus.FAILED, 127, f"the sandbox did not start: {exc}")
         on_end(run)
         return
+    finally:
+        os.close(info_write)
     assert process.stdout is not None and process.stderr is not None
+    init: list[int] = []  # the sandbox's init, once bubblewrap says
     try:
         with run.scope:
             run.scope.deadline = trio.current_time() + run.plan.timeout_s
             async with trio.open_nursery() as pumps:
+                pumps.start_soon(_read_init, info_read, init)
                 pumps.start_soon(_pump, process.stdout, _Lines(_stdout_handler(run)))
                 pumps.start_soon(_pump, process.stderr, _Lines(lambda s: run.emit("stderr", s)))
                 await process.wait()
@@ -241,7 +252,7 @@ async def run_exec(
             status = ExecStatus.SUCCEEDED if code == 0 else ExecStatus.FAILED
     finally:
         with trio.CancelScope(shield=True):
-            await _kill_tree(process)
+            await _kill_tree(process, init)
             if run.cancel_requested_at is not None:
                 run.killed_at = trio.current_time()
             if status is ExecStatus.SUCCEEDED and run.plan.artifacts:
@@ -255,9 +266,23 @@ async def run_exec(
             on_end(run)
 
 
-async def _kill_tree(process: trio.Process) -> None:
-    """SIGKILL the session's group (the PID namespace goes with its init); wait for it."""
+async def _read_init(fd: int, init: list[int]) -> None:
+    """bubblewrap's ``--info-fd`` JSON: the host PID of the sandbox's init, into *init*."""
+    data = b""
+    async with trio.lowlevel.FdStream(fd) as info:
+        while len(data) < 4096 and (chunk := await info.receive_some(4096)):
+            data += chunk
+    with contextlib.suppress(ValueError, TypeError):
+        init.append(int(json.loads(data)["child-pid"]))
+
+
+async def _kill_tree(process: trio.Process, init: list[int]) -> None:
+    """SIGKILL the sandbox's init (the kernel then kills everything in its PID namespace,
+    whatever session it is in) and bubblewrap's process group; wait for bubblewrap."""
     if process.returncode is None:
+        for pid in init:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, signal.SIGKILL)
     await process.wait()

@@ -111,7 +111,8 @@ class BuildHost:
         directory.mkdir(mode=0o700)
         (directory / "log.txt").touch(mode=0o600)
         run = Exec(exec_id, plan, directory)
-        argv = sandbox_argv(
+        argv = functools.partial(
+            sandbox_argv,
             self.config.sandbox,
             plan.argv,
             workspace=self.workspace.root,

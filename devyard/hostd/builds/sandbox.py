@@ -4,8 +4,9 @@ Pure: `sandbox_argv` only builds an argv. What the sandbox is:
 
 - a new PID, IPC and UTS namespace (``--unshare-pid``): when the sandbox's init dies, the
   kernel kills every process left in it, also those that left the process group with
-  ``setsid``; ``--new-session`` keeps it off hostd's terminal. Not ``--die-with-parent``:
-  its parent-death signal follows the *thread* that spawned bubblewrap, and trio spawns from
+  ``setsid`` (the init runs in a session of its own: hostd learns its PID from
+  ``--info-fd`` and kills it); ``--new-session`` keeps it off hostd's terminal. Not
+  ``--die-with-parent``: its parent-death signal follows the *thread* that spawned bubblewrap, and trio spawns from
   a worker thread that exits when idle (it killed builds after ~10 s); hostd kills the tree
   itself on cancel, timeout and the instance's end;
 - the network allowlist is still to come: ``network`` other than ``none`` is refused;
@@ -78,10 +79,14 @@ def sandbox_argv(
     cwd: str = WORKSPACE,
     network: bool = False,
     env: Mapping[str, str] = {},
+    info_fd: int | None = None,
 ) -> list[str]:
     """The argv running *command* in the sandbox, in *cwd* (a path inside it), with exactly
-    *env* as its environment."""
+    *env* as its environment. *info_fd*: where bubblewrap writes ``{"child-pid": N}``, the
+    host PID of the namespace's init (killing it kills the sandbox)."""
     argv = [config.bwrap, "--new-session", "--unshare-pid"]
+    if info_fd is not None:
+        argv += ["--info-fd", str(info_fd)]
     argv += ["--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     if not network:
         argv.append("--unshare-net")
