@@ -6,9 +6,9 @@ Pure: `sandbox_argv` only builds an argv. What the sandbox is:
   kernel kills every process left in it, also those that left the process group with
   ``setsid`` (the init runs in a session of its own: hostd learns its PID from
   ``--info-fd`` and kills it); ``--new-session`` keeps it off hostd's terminal. Not
-  ``--die-with-parent``: its parent-death signal follows the *thread* that spawned bubblewrap, and trio spawns from
-  a worker thread that exits when idle (it killed builds after ~10 s); hostd kills the tree
-  itself on cancel, timeout and the instance's end;
+  ``--die-with-parent``: its parent-death signal follows the *thread* that spawned
+  bubblewrap, and trio spawns from a worker thread that exits when idle (it killed builds
+  after ~10 s); hostd kills the tree itself on cancel, timeout and the instance's end;
 - the network allowlist is still to come: ``network`` other than ``none`` is refused;
 - no network (``--unshare-net``: only a loopback);
 - the host's ``/usr`` and ``/etc`` read-only, a fresh ``/proc`` and ``/dev``, a private
