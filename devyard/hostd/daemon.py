@@ -133,8 +133,10 @@ class _EgressOverLink:
             stream = await session.open_stream()
         except (MuxError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             raise LinkDown(f"the host's link to the server: {exc}") from exc
+        fields = dict(fields)
+        kind = str(fields.pop("kind", "egress"))  # or "build_log" (supervisor.report_build)
         try:
-            await request_open(stream, "egress", instance_id=instance_id, **fields)
+            await request_open(stream, kind, instance_id=instance_id, **fields)
         except BaseException as exc:
             await trio.aclose_forcefully(stream)
             if isinstance(exc, MuxError | trio.BrokenResourceError | trio.ClosedResourceError):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import httpx
 import pytest
 import trio
 
@@ -91,8 +92,35 @@ async def test_sync_build_stream_and_collect_the_jar(tmp_path: Path) -> None:
             printed = [e.data for e in events if e.type == "stdout"]
             assert printed[0] != "0", "the build runs as an unprivileged user"
 
+        logs_path = f"/v1/gradle_instances/{instance_id}/build_logs"
+        with trio.fail_after(30):  # the host reports each exec when it ends
+            while True:
+                if len((await http.get(logs_path)).json()) >= 3:
+                    break
+                await trio.sleep(0.1)
         assert (await http.delete(f"/v1/gradle_instances/{instance_id}")).status_code == 200
         sandbox = stack.host_data / "instances" / instance_id
         await eventually(lambda: not sandbox.exists(), 30)
+
+        # the build logs outlive the instance
+        logs = (await http.get(logs_path)).json()
+        assert [entry["id"] for entry in logs] == [listing, build, owned]
+        entry = logs[1]
+        assert entry["status"] == "SUCCEEDED" and entry["exitCode"] == 0, entry
+        assert entry["command"] == "gradlebuild" and entry["buildDurationMs"] > 0
+        assert entry["startedAt"] <= entry["finishedAt"]
+        assert sorted(a["path"] for a in entry["artifacts"]) == paths
+        async with httpx.AsyncClient(timeout=30) as anonymous:  # the signature is the credential
+            text = await anonymous.get(entry["downloadUrl"])
+            assert text.status_code == 200, text.text
+            assert text.headers["content-type"].startswith("text/plain")
+            assert "BUILD SUCCESSFUL" in text.text and text.text == log
+            forged = await anonymous.get(entry["downloadUrl"].replace("sig=", "sig=0"))
+            assert forged.status_code == 403
+            other = await anonymous.get(entry["downloadUrl"].replace(build, listing))
+            assert other.status_code == 403, "a signature opens one log only"
+        assert (
+            await http.get("/v1/xcode_instances/" + instance_id + "/build_logs")
+        ).status_code == 404
         homes = list((stack.host_data / "gradle-homes").iterdir())
         assert len(homes) == 1, "one Gradle user home per organization, kept after the instance"

@@ -14,7 +14,7 @@ import os
 import shutil
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any, Final
 
@@ -34,6 +34,9 @@ _MAX_EXPIRED: Final = 4096
 
 #: Called with each exec when it ends (for reporting it upstream).
 ExecEnded = Callable[[Exec], None]
+#: Sends an ended exec's record and log to the server (the supervisor's, over the link).
+Reporter = Callable[[dict[str, Any], Path], Awaitable[None]]
+_REPORT_GRACE_S: Final = 10.0
 
 
 @attrs.frozen
@@ -77,6 +80,9 @@ class BuildHost:
         self._expired: set[str] = set()
         self._running: Exec | None = None
         self._closed = False
+        self.reporter: Reporter | None = None
+        self._reports = 0
+        self._reported = trio.Event()
 
     def create(self) -> None:
         """The workspace, the exec records' directory and the Gradle home (blocking)."""
@@ -167,3 +173,20 @@ class BuildHost:
             shutil.rmtree(old.directory, ignore_errors=True)
         if self._on_end is not None:
             self._on_end(run)
+        if self.reporter is not None:
+            self._reports += 1
+            self._nursery.start_soon(self._report, self.reporter, run)
+
+    async def _report(self, reporter: Reporter, run: Exec) -> None:
+        try:
+            await reporter(run.describe(), run.log_path)
+        finally:
+            self._reports -= 1
+            self._reported.set()
+            self._reported = trio.Event()
+
+    async def wait_reports(self) -> None:
+        """Until every ended exec has been reported (or given up on), at most a grace."""
+        with trio.move_on_after(_REPORT_GRACE_S):
+            while self._reports:
+                await self._reported.wait()

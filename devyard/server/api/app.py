@@ -37,6 +37,7 @@ from .routes import (
     analytics,
     api_keys,
     assets,
+    build_logs,
     health,
     identity,
     instances,
@@ -70,6 +71,7 @@ _BLUEPRINTS = (
     analytics,
     assets,
     secret_scanning,
+    build_logs,
 )
 
 

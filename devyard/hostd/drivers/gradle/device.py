@@ -84,6 +84,7 @@ class GradleDevice(VirtualDevice):
         with trio.move_on_after(_CLOSE_GRACE_S, shield=True):
             for run in self.builds.list():
                 await run.done.wait()
+            await self.builds.wait_reports()  # the last build's log reaches the server
         await super().aclose()
 
 
