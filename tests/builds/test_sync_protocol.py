@@ -146,3 +146,11 @@ async def test_sync_checks_paths_applies_deltas_and_asks_for_what_it_lacks(tmp_p
             tree = await _tree(api)
             assert set(tree) == {"src/a.txt", "src/link", ".gitignore", "out/x", "app/build/y"}
             assert tree["src/link"] == "-> a.txt"
+
+            # a mode-only change (chmod +x) reaches the workspace without a payload
+            executable = {**fa, "mode": 0o755}
+            chmod = await _post(api, [executable, props, ok_link, gitignore], [])
+            assert chmod.json()["ok"] is True, chmod.text
+            line = "stat -c %a src/a.txt"
+            run = exec_id_of(await api.post("exec", json={"command": "run", "commandLine": line}))
+            assert (await read_events(api, run))[1][1].data == "755"

@@ -426,6 +426,16 @@ class Workspace:
                 self._chown(current)
         return self.root / path
 
+    def _fix_mode(self, entry: FileSpec) -> None:
+        """An unchanged file whose mode changed (``chmod +x``) gets the new mode."""
+        target = self._safe(entry.path)
+        if entry.mode is None or target is None:
+            return
+        with contextlib.suppress(OSError):
+            st = os.lstat(target)
+            if stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) != entry.mode:
+                os.chmod(target, entry.mode)
+
     def _existing(self, skip: Callable[[str], bool]) -> Iterator[str]:
         """The tree's files and links (relative), not descending into ignored directories."""
         for top, dirs, names in os.walk(self.root, followlinks=False):
@@ -456,6 +466,7 @@ class Workspace:
         written = 0
         for entry in wanted.values():
             if entry.link is None and entry.path not in staged:
+                self._fix_mode(entry)
                 continue
             dest = self._make_parents(entry.path)
             if dest.is_dir() and not dest.is_symlink():
