@@ -67,6 +67,7 @@ _SAY_GRACE: Final = 2.0
 _PLATFORMS_BY_DRIVER: Final = {
     "virtual": ("android", "ios", "xcode", "gradle"),
     "android-emulator": ("android",),
+    "gradle": ("gradle",),
 }
 
 
@@ -136,8 +137,10 @@ class _EgressOverLink:
             stream = await session.open_stream()
         except (MuxError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             raise LinkDown(f"the host's link to the server: {exc}") from exc
+        fields = dict(fields)
+        kind = str(fields.pop("kind", "egress"))  # or "build_log" (supervisor.report_build)
         try:
-            await request_open(stream, "egress", instance_id=instance_id, **fields)
+            await request_open(stream, kind, instance_id=instance_id, **fields)
         except BaseException as exc:
             await trio.aclose_forcefully(stream)
             if isinstance(exc, MuxError | trio.BrokenResourceError | trio.ClosedResourceError):

@@ -25,17 +25,19 @@ import shutil
 import ssl
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any, Final
 
 import attrs
 import trio
 
-from ..core import OpenError
+from ..core import OpenError, RemoteProtocolError, receive_message
 from ..core._groups import leaves
 from ..core.chrome_flags import ChromeFlagError
 from ..core.selectors import parse_selectors
 from .browser import BrowserConfig, browser_config, run_browser_sandbox, wants_browser
+from .builds import BuildHost
 from .drivers import (
     AndroidDevice,
     DeviceDriver,
@@ -57,6 +59,9 @@ __all__ = ["ATTACH_TIMEOUT_S", "EgressDialer", "LinkDown", "Supervisor"]
 #: Spec 4.1: an instance on a tunnel that does not attach within 30 s fails.
 ATTACH_TIMEOUT_S: Final = 30.0
 _ATTACH_RETRY_S: Final = 0.5
+#: How long an ended exec's record and log are retried while the link is down.
+REPORT_TIMEOUT_S: Final = 300.0
+_LOG_CHUNK: Final = 256 * 1024
 
 
 class LinkDown(ConnectionError):
@@ -148,6 +153,7 @@ class Supervisor:
                 sandbox_dir=self.sandbox_of(instance_id),
                 model=order.get("model"),
                 os_version=order.get("os_version"),
+                organization_id=str(order.get("organization_id") or ""),
             )
         except ValueError as exc:
             self._emit(instance_id, "terminated", f"bad order: {exc}")
@@ -244,6 +250,34 @@ class Supervisor:
             await device.settings_put("global", "http_proxy", f"127.0.0.1:{proxy.port}")
         log.info("instance %s attached to tunnel %s (proxy port %d)", instance_id, name, proxy.port)
 
+    # ---- build logs -------------------------------------------------------------------------
+
+    async def report_build(self, instance_id: str, record: dict[str, Any], log_path: Path) -> None:
+        """An ended exec's record and log to the server on a ``build_log`` stream
+        (docs/builds.md), retried while the link is down, for at most `REPORT_TIMEOUT_S`."""
+        delay = _ATTACH_RETRY_S
+        with trio.move_on_after(REPORT_TIMEOUT_S):
+            while True:
+                try:
+                    stream = await self._egress(
+                        instance_id, {"kind": "build_log", "record": record}
+                    )
+                except LinkDown:
+                    await trio.sleep(delay)
+                    delay = min(10.0, delay * 2)
+                    continue
+                except OpenError as exc:
+                    log.warning("build log of %s refused: %s", instance_id, exc)
+                    return
+                try:
+                    await _send_log(stream, log_path)
+                    return
+                except (trio.BrokenResourceError, trio.ClosedResourceError, RemoteProtocolError):
+                    await trio.sleep(delay)
+                finally:
+                    await trio.aclose_forcefully(stream)
+        log.warning("build log of %s not reported within %g s", instance_id, REPORT_TIMEOUT_S)
+
     # ---- the outbox the link drains -------------------------------------------------------
 
     def outbox_peek(self) -> dict[str, Any] | None:
@@ -293,6 +327,9 @@ class Supervisor:
                     await network.start(proxy.serve)
                     spec = attrs.evolve(spec, http_proxy=proxy.endpoint.url)
                 async with opener(spec) as device, trio.open_nursery() as tasks:
+                    builds = getattr(device, "builds", None)  # a build instance's (builds/)
+                    if isinstance(builds, BuildHost):
+                        builds.reporter = partial(self.report_build, instance.instance_id)
                     assign(device, DeviceNetwork(self.net_policy))
                     if tunnel is not None and proxy is not None:  # first: initial apps may need it
                         await self._attach(instance.instance_id, device, tunnel, proxy)
@@ -334,3 +371,15 @@ class Supervisor:
                 )
             self._emit(instance.instance_id, "terminated", error)
             log.info("instance %s terminated", instance.instance_id)
+
+
+async def _send_log(stream: trio.abc.Stream, log_path: Path) -> None:
+    """The log's bytes, the end, then the server's one answer."""
+    async with await trio.open_file(log_path, "rb") as source:
+        while chunk := await source.read(_LOG_CHUNK):
+            await stream.send_all(chunk)
+    if isinstance(stream, trio.abc.HalfCloseableStream):
+        await stream.send_eof()
+    reply = await receive_message(stream)
+    if not reply.get("ok"):
+        log.warning("the server did not keep a build log: %s", reply.get("message"))

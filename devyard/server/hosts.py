@@ -32,6 +32,7 @@ __all__ = [
     "AccessDenied",
     "AccessReason",
     "Activity",
+    "BuildLogSink",
     "HostEvent",
     "HostInfo",
     "HostLost",
@@ -248,3 +249,14 @@ class InstanceRoute:
     instance_id: str
     organization_id: str
     tunnel: str
+
+
+class BuildLogSink(Protocol):
+    """Where the edge hands a ``build_log`` stream a host opens when an exec of a build
+    instance ends (docs/builds.md): its open request ``{instance_id, record}`` is checked, then
+    the log's bytes follow until EOF and the sink answers one ``{"ok": true}`` message
+    (`devyard.server.builds.BuildLogs`)."""
+
+    async def serve_build_log(
+        self, host_id: str, request: dict[str, Any], stream: trio.abc.HalfCloseableStream
+    ) -> None: ...

@@ -27,7 +27,9 @@ import trio
 from .._process import EXIT_INTERRUPTED, Stopped, run_until_signalled
 from ..core.link import CONNECTOR_PATH, HOST_PATH
 from ..core.transports import is_loopback_host
+from .blobs import LocalBlobStore, UrlSigner
 from .bootstrap import FirstStart, bootstrap_organization, first_start
+from .builds import BUILD_LOGS_DIR, BuildLogs
 from .config import ServerConfig
 from .edge import DEFAULT_HOST_GRACE, HOST_TOKENS_FILE, HostTokens, open_edge
 from .edge.connectors import DEFAULT_QUICK_GRACE, open_connector_hub
@@ -36,6 +38,7 @@ from .edge.rawlinks import RawRoute, open_raw_listeners, serve_raw_links
 from .edge.tokens import RECHECK_INTERVAL, drop_revoked_hosts
 from .hosts import EVENT_BUFFER, Activity, HostEvent
 from .store import Store, open_store
+from .store.build_logs import SqlBuildLogs
 from .tls import LocalCertificates, ServerTLS, ensure_local_ca
 
 if TYPE_CHECKING:
@@ -222,6 +225,7 @@ async def _serve(
             hosts=edge,
             connectors=connectors,
         )
+        edge.build_logs = _build_logs(store, config, state.assets.signer)  # docs/builds.md
         # deletions a crash interrupted finish now (they end instances on linked hosts)
         deletion = OrganizationDeletion(store, service, tunnel_service, state.assets)
         nursery.start_soon(deletion.resume_deletions)
@@ -235,6 +239,13 @@ async def _serve(
             task_status=task_status,
         )
         nursery.cancel_scope.cancel()
+
+
+def _build_logs(store: Store, config: ServerConfig, signer: UrlSigner) -> BuildLogs | None:
+    """What keeps the build logs hosts report (None: a store without the build-log table)."""
+    if not isinstance(store, SqlBuildLogs):
+        return None
+    return BuildLogs(store, store, LocalBlobStore(config.data_dir / BUILD_LOGS_DIR), signer)
 
 
 def _link_tls(config: ServerConfig) -> ssl.SSLContext | None:

@@ -144,6 +144,9 @@ class DeviceSpec:
     #: the device). A driver whose device has its own network stack (`GuestNetworkDevice`)
     #: routes that network through it; None without a tunnel. A secret: never in a repr.
     http_proxy: str | None = attrs.field(default=None, repr=False)
+    #: The organization the instance belongs to ("" when the order does not say): what a
+    #: driver keeps per organization on the host (the gradle driver's Gradle user home).
+    organization_id: str = ""
 
 
 @attrs.frozen

@@ -15,6 +15,7 @@ from typing import Final
 from ._errors import InvalidSpecError
 from .base import DeviceDriver, DeviceSpec
 from .emulator import EmulatorConfig, open_emulator_device
+from .gradle import open_gradle_device
 from .virtual import open_virtual_device
 
 __all__ = ["DEFAULT_DRIVER", "DriverOpener", "drivers_by_name", "open_device"]
@@ -30,6 +31,7 @@ def drivers_by_name(*, emulator: EmulatorConfig | None = None) -> Mapping[str, D
     return {
         "virtual": open_virtual_device,
         "android-emulator": functools.partial(open_emulator_device, config=emulator),
+        "gradle": open_gradle_device,
     }
 
 

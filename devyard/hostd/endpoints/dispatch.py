@@ -23,6 +23,7 @@ from ..adb import ProtocolError as AdbProtocolError
 from ..adb import serve_adb
 from ..adb.device import AdbDevice
 from ..browser import serve_cdp
+from ..builds import BuildHost, is_build_path, serve_build_api
 from ..drivers import AndroidDevice, DeviceDriver, Platform, PortClosedError
 from .browser import serve_browser_stream
 from .device_api import serve_device_api
@@ -102,7 +103,11 @@ async def _serve_kind(stream: MuxStream, request: dict[str, Any], device: Device
     instance_id = str(request.get("instance_id", ""))
     if kind == "api":
         await accept_open(stream)
-        await serve_device_api(stream, device, request)
+        builds = getattr(device, "builds", None)  # a build instance's data plane (builds/)
+        if isinstance(builds, BuildHost) and is_build_path(request.get("path")):
+            await serve_build_api(stream, builds, request)
+        else:
+            await serve_device_api(stream, device, request)
     elif kind == "device-stream":
         if not device.describe().has_screen:
             await reject_open(stream, "bad-request", f"instance {instance_id} has no screen")

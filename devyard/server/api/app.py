@@ -38,6 +38,7 @@ from .routes import (
     api_keys,
     assets,
     billing,
+    build_logs,
     health,
     identity,
     instances,
@@ -65,6 +66,7 @@ _BLUEPRINTS = (
     assets,
     secret_scanning,
     billing,
+    build_logs,
 )
 
 

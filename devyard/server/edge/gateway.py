@@ -208,6 +208,11 @@ class InstanceGateway:
                 path="/" + rest,
                 query=bytes(scope.get("query_string", b"")).decode("latin-1"),
                 content_type=_header(scope, b"content-type"),
+                headers={  # what a build instance's /sync and event stream read
+                    name: value
+                    for name in ("content-encoding", "last-event-id")
+                    if (value := _header(scope, name.encode()))
+                },
             )
         except _Refused as refused:
             await send_http_error(send, refused.status, refused.message, refused.reason)
@@ -360,7 +365,10 @@ async def _proxy_api(stream: MuxStream, receive: Receive, send: Send) -> None:
                 await stream.send_all(body)
             if not message.get("more_body", False):
                 await stream.send_eof()
-                return
+                break
+        while (await receive())["type"] != "http.disconnect":
+            pass  # a streamed answer (events) ends when its client leaves
+        cancel.cancel()
 
     started = False
     try:

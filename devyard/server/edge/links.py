@@ -42,6 +42,7 @@ from ...core import (
 )
 from ...core.link import PROTO
 from ..hosts import (
+    BuildLogSink,
     HostEvent,
     HostInfo,
     HostLost,
@@ -106,6 +107,7 @@ class Edge:
         self.grace = grace
         self._links: dict[str, _Link] = {}
         self._grace_scopes: dict[str, trio.CancelScope] = {}
+        self.build_logs: BuildLogSink | None = None  # set by serve.py (docs/builds.md)
 
     def __repr__(self) -> str:
         return f"Edge(hosts={sorted(self._links)})"
@@ -249,7 +251,9 @@ class Edge:
         try:
             with trio.fail_after(_OPEN_TIMEOUT):
                 request = await read_open(stream)
-            if request["kind"] != "egress":
+            if request["kind"] == "build_log" and self.build_logs is not None:
+                await self.build_logs.serve_build_log(host_id, request, stream)
+            elif request["kind"] != "egress":
                 await reject_open(stream, "bad-request", f"hosts may not open {request['kind']!r}")
             else:
                 await serve_egress(stream, request, host_id, self._directory, self._tunnels)

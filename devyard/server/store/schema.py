@@ -274,4 +274,30 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
         "organizations: deleting_at marks a deletion under way (resumed after a crash)",
         ("ALTER TABLE organizations ADD COLUMN deleting_at {timestamp}",),
     ),
+    Migration(
+        8,
+        "build logs: each exec of a build instance, kept after the instance (store/build_logs.py)",
+        (
+            """
+            CREATE TABLE build_logs (
+                instance_id TEXT NOT NULL,
+                exec_id     TEXT NOT NULL,
+                org_id      TEXT NOT NULL REFERENCES organizations (id) ON DELETE CASCADE,
+                command     TEXT NOT NULL,
+                status      TEXT NOT NULL,
+                exit_code   INTEGER,
+                started_at  {timestamp},
+                finished_at {timestamp},
+                duration_ms BIGINT,
+                error       TEXT,
+                blob_key    TEXT,
+                log_size    BIGINT NOT NULL,
+                artifacts   TEXT NOT NULL,
+                created_at  {timestamp} NOT NULL,
+                PRIMARY KEY (instance_id, exec_id)
+            )
+            """,
+            "CREATE INDEX build_logs_by_org ON build_logs (org_id, instance_id)",
+        ),
+    ),
 )

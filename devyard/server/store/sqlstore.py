@@ -37,6 +37,7 @@ from .base import (
     Unset,
     User,
 )
+from .build_logs import SqlBuildLogs
 from .database import Database, Dialect, Row, Tx
 from .errors import NotFound
 from .ids import Kind, new_id
@@ -95,7 +96,9 @@ def _get_key(tx: Tx, org_id: str, key_id: str) -> ApiKey:
     return rows.api_key(_one(tx, sql, {"id": key_id, "org_id": org_id}, "API key", key_id))
 
 
-class SqlStore(SqlInstances, SqlTunnels, SqlAssets, SqlScopedTokens, SqlUsage, SqlAudit):
+class SqlStore(
+    SqlInstances, SqlTunnels, SqlAssets, SqlScopedTokens, SqlUsage, SqlAudit, SqlBuildLogs
+):
     """The `base.Store` over a `Database`; obtain one with `open_store`."""
 
     def __init__(self, db: Database, *, clock: Callable[[], datetime] = utc_now) -> None:

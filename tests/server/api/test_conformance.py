@@ -102,14 +102,18 @@ async def test_the_server_conforms_to_its_document(
                 tmp_path, bound, key, *extra,
                 "--exclude-operation-id", "deleteOrganization",
                 "--exclude-operation-id", "githubRevoke",
+                "--exclude-operation-id", "downloadBuildLog",
             )  # fmt: skip
             # The key worked throughout: the checks saw real answers, not just 401s.
             assert "Authentication failed" not in output, output[-3000:]
         # The leaked-token callback takes a code host's signature, not the key: here it can
-        # only answer 403, which must still conform (tests/server/secret_scanning signs).
+        # only answer 403, which must still conform (tests/server/secret_scanning signs). So
+        # does a build log's download, signed by its downloadUrl (tests/builds reads one).
         await _schemathesis(
-            tmp_path, bound, key, *with_ids, "--include-operation-id", "githubRevoke"
-        )
+            tmp_path, bound, key, *with_ids,
+            "--include-operation-id", "githubRevoke",
+            "--include-operation-id", "downloadBuildLog",
+        )  # fmt: skip
         await _schemathesis(
             tmp_path, bound, key, *with_ids, "--include-operation-id", "deleteOrganization"
         )

@@ -1,0 +1,192 @@
+"""A build instance's data plane: its workspace, its execs and the sandbox they run in.
+
+One exec at a time per instance (they share the workspace), and no sync while it runs (a
+second one, or a sync, is a `BuildError` CONFLICT). The last `MAX_KEPT` finished execs keep
+their events, log and artifacts; an older one is expired: its files go, and its event stream
+answers "closed for good" (HTTP 204). Closing the host cancels every exec (their process
+trees are killed) before the driver removes the instance's directory.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any, Final
+
+import attrs
+import trio
+
+from .commands import plan_exec
+from .errors import BuildError, BuildReason
+from .execs import Exec, ExecStatus, run_exec
+from .sandbox import SandboxConfig, sandbox_argv
+from .sync import Workspace
+
+__all__ = ["MAX_KEPT", "BuildConfig", "BuildHost", "ExecEnded"]
+
+MAX_KEPT: Final = 16
+_MAX_EXPIRED: Final = 4096
+
+#: Called with each exec when it ends (for reporting it upstream).
+ExecEnded = Callable[[Exec], None]
+#: Sends an ended exec's record and log to the server (the supervisor's, over the link).
+Reporter = Callable[[dict[str, Any], Path], Awaitable[None]]
+_REPORT_GRACE_S: Final = 10.0
+
+
+@attrs.frozen
+class BuildConfig:
+    """*gradle_home*: the organization's Gradle user home on this host (shared by its
+    instances, kept after them). *keepalive_s* / *retry_ms*: the event stream's keep-alive
+    comment period and ``retry:`` hint."""
+
+    sandbox: SandboxConfig
+    gradle_home: Path
+    gradle: str = "gradle"
+    xdelta3: str = "xdelta3"
+    keepalive_s: float = 15.0
+    retry_ms: int = 2000
+
+
+class BuildHost:
+    def __init__(
+        self,
+        directory: Path,
+        config: BuildConfig,
+        nursery: trio.Nursery,
+        *,
+        on_end: ExecEnded | None = None,
+    ) -> None:
+        self.directory = directory
+        self.config = config
+        self._nursery = nursery
+        self._on_end = on_end
+        sandbox = config.sandbox
+        owner = None
+        if sandbox.build_uid is not None:
+            gid = sandbox.build_gid if sandbox.build_gid is not None else sandbox.build_uid
+            owner = (sandbox.build_uid, gid)
+        self.owner = owner
+        self.workspace = Workspace(
+            directory / "workspace", directory / "sync", owner=owner, xdelta3=config.xdelta3
+        )
+        self.execs_dir = directory / "execs"
+        self._execs: OrderedDict[str, Exec] = OrderedDict()
+        self._expired: set[str] = set()
+        self._running: Exec | None = None
+        self._closed = False
+        self.reporter: Reporter | None = None
+        self._reports = 0
+        self._reported = trio.Event()
+
+    def create(self) -> None:
+        """The workspace, the exec records' directory and the Gradle home (blocking)."""
+        self.workspace.create()
+        self.execs_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        home = self.config.gradle_home
+        home.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if self.owner is not None:
+            os.chown(home, *self.owner)
+
+    # ---- sync -----------------------------------------------------------------------------
+
+    async def sync(self, chunks: AsyncIterator[bytes], encoding: str) -> dict[str, Any]:
+        self._check_open()
+        if self._running is not None:
+            raise BuildError(BuildReason.CONFLICT, f"exec {self._running.id} is running")
+        return await self.workspace.sync(chunks, encoding)
+
+    # ---- execs ----------------------------------------------------------------------------
+
+    def start(self, body: dict[str, Any]) -> Exec:
+        self._check_open()
+        plan = plan_exec(body, gradle=self.config.gradle)
+        if self._running is not None:
+            raise BuildError(BuildReason.CONFLICT, f"exec {self._running.id} is running")
+        if self.workspace.lock.locked():
+            raise BuildError(BuildReason.CONFLICT, "a sync is being applied")
+        exec_id = f"build-{time.time_ns()}"
+        while exec_id in self._execs or exec_id in self._expired:
+            exec_id = f"build-{time.time_ns()}"
+        directory = self.execs_dir / exec_id
+        directory.mkdir(mode=0o700)
+        (directory / "log.txt").touch(mode=0o600)
+        run = Exec(exec_id, plan, directory)
+        argv = functools.partial(
+            sandbox_argv,
+            self.config.sandbox,
+            plan.argv,
+            workspace=self.workspace.root,
+            gradle_home=self.config.gradle_home,
+            cwd=plan.cwd,
+            network=plan.network,
+            env=plan.env,
+        )
+        self._execs[exec_id] = run
+        self._running = run
+        self._nursery.start_soon(
+            functools.partial(run_exec, workspace=self.workspace.root, on_end=self._ended),
+            run,
+            argv,
+        )
+        return run
+
+    def lookup(self, exec_id: str) -> Exec | None:
+        return self._execs.get(exec_id)
+
+    def expired(self, exec_id: str) -> bool:
+        return exec_id in self._expired
+
+    def list(self) -> list[Exec]:
+        return list(self._execs.values())
+
+    def cancel(self, exec_id: str) -> Exec:
+        run = self._execs.get(exec_id)
+        if run is None:
+            raise BuildError(BuildReason.NOT_FOUND, f"no exec {exec_id} on this instance")
+        run.cancel()
+        return run
+
+    def close(self) -> None:
+        """Cancel every exec; the driver's nursery waits for their trees to be gone."""
+        self._closed = True
+        for run in self._execs.values():
+            run.cancel()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise BuildError(BuildReason.GONE, "the instance is stopping")
+
+    def _ended(self, run: Exec) -> None:
+        if self._running is run:
+            self._running = None
+        finished = [r for r in self._execs.values() if r.status is not ExecStatus.RUNNING]
+        for old in finished[: max(0, len(finished) - MAX_KEPT)]:
+            del self._execs[old.id]
+            if len(self._expired) < _MAX_EXPIRED:
+                self._expired.add(old.id)
+            shutil.rmtree(old.directory, ignore_errors=True)
+        if self._on_end is not None:
+            self._on_end(run)
+        if self.reporter is not None:
+            self._reports += 1
+            self._nursery.start_soon(self._report, self.reporter, run)
+
+    async def _report(self, reporter: Reporter, run: Exec) -> None:
+        try:
+            await reporter(run.describe(), run.log_path)
+        finally:
+            self._reports -= 1
+            self._reported.set()
+            self._reported = trio.Event()
+
+    async def wait_reports(self) -> None:
+        """Until every ended exec has been reported (or given up on), at most a grace."""
+        with trio.move_on_after(_REPORT_GRACE_S):
+            while self._reports:
+                await self._reported.wait()

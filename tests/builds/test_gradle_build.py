@@ -1,0 +1,126 @@
+"""A real Gradle build on a Gradle instance: `devyard up`, a host with the ``gradle`` driver,
+Debian's Gradle and JDK in the bubblewrap sandbox. The one real Gradle run of the suite (it is
+slow on two cores); the protocol tests use ``run``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+import trio
+
+from tests.polling import eventually
+
+from ._stack import (
+    exec_id_of,
+    gradle_stack,
+    instance_client,
+    jar_classes,
+    read_events,
+    sync_tree,
+    write_java_project,
+)
+
+
+# Reading the first events and leaving the stream abandons httpcore's body iterator to the GC:
+# its ResourceWarning is expected here (as in tests/server/gateway/test_streams.py).
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+async def test_sync_build_stream_and_collect_the_jar(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    write_java_project(project)
+    (project / "build").mkdir()
+    (project / "build" / "stale.txt").write_text("a local build output: never synced")
+    async with gradle_stack(tmp_path) as stack, stack.api() as http:
+        instance = await stack.create_gradle(http)
+        instance_id = instance["metadata"]["id"]
+        async with instance_client(instance) as api:
+            synced = await sync_tree(api, project)
+            assert synced["ok"] is True, synced
+            assert "needFull" not in synced
+
+            listing = exec_id_of(
+                await api.post("exec", json={"command": "run", "commandLine": "find . | sort"})
+            )
+            _, events, _ = await read_events(api, listing)
+            seen = {e.data for e in events if e.type == "stdout"}
+            assert "./app/src/main/java/demo/app/Main.java" in seen
+            assert "./local.properties" not in seen, "local.properties is never synced"
+            assert "./build/stale.txt" not in seen, "build/ is never synced"
+
+            started = await api.post("exec", json={"command": "gradlebuild", "tasks": ["build"]})
+            build = exec_id_of(started)
+            live = False
+            with trio.fail_after(240):
+                # the first output line arrives while the build still runs: it streams live
+                _, first, _ = await read_events(api, build, stop_after=2)
+                assert first[0].type == "command", first
+                assert first[1].type in ("stdout", "stderr"), first
+                live = (await api.get(f"exec/{build}")).json()["status"] == "RUNNING"
+                _, events, retries = await read_events(api, build)
+            assert live, "output streamed before the build ended"
+            assert retries, "the stream carries a retry: hint"
+            assert [e.id for e in events] == list(range(1, len(events) + 1))
+            kinds = [e.type for e in events]
+            assert kinds.count("exitCode") == 1 and kinds[-1] == "exitCode"
+            out = "\n".join(e.data for e in events if e.type in ("stdout", "stderr"))
+            assert events[-1].data == "0", out
+            assert "BUILD SUCCESSFUL" in out
+            tasks = [json.loads(e.data)["task"] for e in events if e.type == "progress"]
+            assert ":app:compileJava" in tasks and ":lib:jar" in tasks, tasks
+            artifacts = [json.loads(e.data) for e in events if e.type == "artifact"]
+            paths = sorted(a["path"] for a in artifacts)
+            assert paths == ["app/build/libs/app.jar", "lib/build/libs/lib.jar"], artifacts
+
+            jar = await api.get(f"exec/{build}/artifacts/app/build/libs/app.jar")
+            assert jar.status_code == 200
+            assert jar_classes(jar.content) == ["demo/app/Main.class"]
+            status = (await api.get(f"exec/{build}")).json()
+            assert status["status"] == "SUCCEEDED" and status["exitCode"] == 0
+            log = (await api.get(f"exec/{build}/log")).text
+            assert "BUILD SUCCESSFUL" in log
+
+            owned = exec_id_of(
+                await api.post(
+                    "exec", json={"command": "run", "commandLine": "id -u; stat -c %U app/build"}
+                )
+            )
+            _, events, _ = await read_events(api, owned)
+            printed = [e.data for e in events if e.type == "stdout"]
+            assert printed[0] != "0", "the build runs as an unprivileged user"
+
+        logs_path = f"/v1/gradle_instances/{instance_id}/build_logs"
+        with trio.fail_after(30):  # the host reports each exec when it ends
+            while True:
+                if len((await http.get(logs_path)).json()) >= 3:
+                    break
+                await trio.sleep(0.1)
+        assert (await http.delete(f"/v1/gradle_instances/{instance_id}")).status_code == 200
+        sandbox = stack.host_data / "instances" / instance_id
+        await eventually(lambda: not sandbox.exists(), 30)
+
+        # the build logs outlive the instance
+        logs = (await http.get(logs_path)).json()
+        assert [entry["id"] for entry in logs] == [listing, build, owned]
+        entry = logs[1]
+        assert entry["status"] == "SUCCEEDED" and entry["exitCode"] == 0, entry
+        assert entry["command"] == "gradlebuild" and entry["buildDurationMs"] > 0
+        assert entry["startedAt"] <= entry["finishedAt"]
+        assert sorted(a["path"] for a in entry["artifacts"]) == paths
+        async with httpx.AsyncClient(timeout=30) as anonymous:  # the signature is the credential
+            text = await anonymous.get(entry["downloadUrl"])
+            assert text.status_code == 200, text.text
+            assert text.headers["content-type"].startswith("text/plain")
+            assert "BUILD SUCCESSFUL" in text.text and text.text == log
+            forged = await anonymous.get(entry["downloadUrl"].replace("sig=", "sig=0"))
+            assert forged.status_code == 403
+            other = await anonymous.get(entry["downloadUrl"].replace(build, listing))
+            assert other.status_code == 403, "a signature opens one log only"
+        assert (
+            await http.get("/v1/xcode_instances/" + instance_id + "/build_logs")
+        ).status_code == 404
+        homes = list((stack.host_data / "gradle-homes").iterdir())
+        assert len(homes) == 1, "one Gradle user home per organization, kept after the instance"
