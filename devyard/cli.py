@@ -58,6 +58,11 @@ _EXTRAS: Final[Mapping[str, str]] = {
 }
 _CLIENT_EXTRA: Final = "client"  # every other command outside the connector calls the API
 
+_METRICS_HELP: Final = (
+    "serve Prometheus /metrics on this operator port (env DEVYARD_METRICS_LISTEN; keep it "
+    "private: docs/operations.md)"
+)
+
 Sub: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
@@ -72,6 +77,7 @@ def _server_config(
         "public_url": getattr(args, "public_url", None),
         "listen": getattr(args, "listen", None),
         "link_listen": getattr(args, "link_listen", None),
+        "metrics_listen": getattr(args, "metrics_listen", None),
     }
     return load_server_config(
         flags=flags,
@@ -81,10 +87,10 @@ def _server_config(
     )
 
 
-def _configure_logging(level: str) -> None:
+def _configure_logging(level: str, fmt: str) -> None:
     from ._process import setup_logging  # noqa: PLC0415
 
-    setup_logging(level)
+    setup_logging(level, fmt=fmt)
 
 
 def _run_server_command(args: argparse.Namespace, env: Mapping[str, str]) -> int:
@@ -109,7 +115,7 @@ def _run_server_command(args: argparse.Namespace, env: Mapping[str, str]) -> int
         print(f"devyard: error: {exc}", file=sys.stderr)
         return 2
     assert isinstance(config, ServerConfig)
-    _configure_logging(args.log_level)
+    _configure_logging(args.log_level, args.log_format)
     try:
         if args.command == "admin" and args.admin_command == "host-token":
             return _host_token(config, args.action, args.host)
@@ -145,6 +151,9 @@ def _add_server_options(parser: argparse.ArgumentParser, *, data_dir_help: str) 
     parser.add_argument(
         "--log-level", default="info", choices=("debug", "info", "warning", "error")
     )
+    parser.add_argument(
+        "--log-format", default="text", choices=("text", "json"), help="one line per event"
+    )
     parser.set_defaults(run=_run_server_command)
 
 
@@ -161,6 +170,7 @@ def _add_server_commands(sub: Sub) -> None:
     up.add_argument("--port", type=int, help=f"HTTP port (default {DEFAULT_UP_PORT})")
     up.add_argument("--host", help=f"address to listen on (default {DEFAULT_UP_HOST})")
     up.add_argument("--public-url", metavar="URL", help="base URL clients use")
+    up.add_argument("--metrics-listen", metavar="HOST:PORT", help=_METRICS_HELP)
 
     server = sub.add_parser("server", help="run the control plane server")
     _add_server_options(server, data_dir_help="where state lives (env DEVYARD_DATA_DIR)")
@@ -171,6 +181,7 @@ def _add_server_commands(sub: Sub) -> None:
         metavar="HOST:PORT",
         help="also take raw (non-WebSocket) host and connector links here (docs/edge.md)",
     )
+    server.add_argument("--metrics-listen", metavar="HOST:PORT", help=_METRICS_HELP)
 
     admin = sub.add_parser("admin", help="operator commands with direct store access")
     admin_sub = admin.add_subparsers(dest="admin_command", metavar="COMMAND", required=True)

@@ -34,6 +34,13 @@ def _parse_network(text: str) -> str:
     return text
 
 
+def _parse_listen(text: str) -> tuple[str, int]:
+    host, colon, port = text.rpartition(":")
+    if not colon or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
 def _run_hostd(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     import trio  # noqa: PLC0415
 
@@ -69,7 +76,7 @@ def _run_hostd(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         except InvalidSpecError as exc:
             print(f"devyard hostd: error: {exc}", file=sys.stderr)
             return 2
-    setup_logging(args.log_level)
+    setup_logging(args.log_level, fmt=args.log_format)
     config = HostdConfig(
         server_url=args.server,
         token=token,
@@ -80,6 +87,7 @@ def _run_hostd(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         link=args.link,
         emulator=emulator,
         net_policy=NetPolicy(allow=parse_networks(args.allow_network)),
+        metrics_listen=args.metrics_listen,
     )
     return trio.run(lambda: run_hostd(config, err=sys.stderr))
 
@@ -89,7 +97,8 @@ def add_commands(sub: Sub) -> None:
         "hostd",
         help="run a host daemon that links to a server and runs its instances",
         description="Dial the server's edge (outbound only), register this host and run the "
-        "instances the server places here. Reconnects with backoff; a refused token exits 3.",
+        "instances the server places here. Reconnects with backoff; a refused token exits 3, "
+        "a host older than the server takes exits 4.",
     )
     hostd.add_argument("--server", required=True, metavar="URL", help="the server's base URL")
     hostd.add_argument(
@@ -123,4 +132,11 @@ def add_commands(sub: Sub) -> None:
         "by default only public addresses: docs/tunnels.md 'Egress')",
     )
     hostd.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    hostd.add_argument("--log-format", default="text", choices=("text", "json"))
+    hostd.add_argument(
+        "--metrics-listen",
+        type=_parse_listen,
+        metavar="HOST:PORT",
+        help="serve /metrics here (the operator port)",
+    )
     hostd.set_defaults(run=_run_hostd)

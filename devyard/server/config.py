@@ -18,6 +18,8 @@ Keys (file key / environment variable):
                                                     = off (links use the API port's WebSockets)
     link_tls_cert       DEVYARD_LINK_TLS_CERT       PEM certificate chain: raw links are TLS
     link_tls_key        DEVYARD_LINK_TLS_KEY        its PEM private key (required with the cert)
+    metrics_listen      DEVYARD_METRICS_LISTEN      HOST:PORT of the operator port (/metrics);
+                                                    unset = off (docs/operations.md)
     max_connectors_per_tunnel                       connector links one tunnel may hold
                         DEVYARD_MAX_CONNECTORS_PER_TUNNEL  (active and standbys; more: 429
                                                     ``too-many-connectors``); default 8
@@ -134,6 +136,7 @@ class ServerConfig:
     link_listen: ListenAddress | None = None
     link_tls_cert: Path | None = None
     link_tls_key: Path | None = None
+    metrics_listen: ListenAddress | None = None  # the operator port: /metrics
     # the edge's caps (issue 14 finding 9); the edge's own defaults are the same numbers
     max_connectors_per_tunnel: int = attrs.field(default=8, validator=attrs.validators.ge(1))
     max_streams_per_instance: int = attrs.field(default=16, validator=attrs.validators.ge(1))
@@ -327,6 +330,7 @@ _PARSERS: Final[dict[str, Callable[[object], Any]]] = {
     "link_listen": _parse_listen,
     "link_tls_cert": _path,
     "link_tls_key": _path,
+    "metrics_listen": _parse_listen,
     "max_connectors_per_tunnel": _positive_int,
     "max_streams_per_instance": _positive_int,
     "secret_scanning_keys_url": _parse_public_url,

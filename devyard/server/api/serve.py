@@ -32,6 +32,7 @@ from ..hosts import HostRegistry
 from ..tunnels import TunnelConnections
 from .app import create_app
 from .context import ApiState
+from .requestlog import RequestLog
 
 log = logging.getLogger(__name__)
 
@@ -146,6 +147,7 @@ async def serve_api(
     app: ASGIFramework = ShieldedSend(create_app(state))
     if websockets or prefixes:
         app = WebSocketRoutes(app, websockets or {}, prefixes)
+    app = RequestLog(app, mounted=[*(websockets or {}), *(prefixes or {})])  # ids, access log
     async with trio.open_nursery() as nursery:
         binds: list[str] = await nursery.start(
             partial(
