@@ -7,6 +7,8 @@
     devyard admin host-token list|revoke ID|rotate ID   list, revoke or rotate host tokens
     devyard hostd --server URL --token-file F --region NAME   a host daemon
     devyard whoami | org | members | keys | regions   user commands (devyard.client.commands)
+    devyard android|ios|xcode|gradle ...             instances and device verbs
+    devyard tunnel ... | login | profiles             tunnels; saved servers and keys (docs/cli.md)
 
 This is the edge where configuration is read: flags, ``os.environ`` and an optional file
 become one frozen config value, passed down. Subcommands live in their packages and are
@@ -34,6 +36,10 @@ if TYPE_CHECKING:
 
 __all__ = ["build_parser", "main"]
 
+EXIT_INTERRUPTED: Final = 130  # Ctrl-C (128 + SIGINT)
+EXIT_BROKEN_PIPE: Final = 141  # stdout closed by its reader (128 + SIGPIPE)
+EXIT_INTERNAL: Final = 70  # a bug of an API command (sysexits' EX_SOFTWARE)
+
 DEFAULT_UP_DATA_DIR: Final = "./data"
 DEFAULT_UP_HOST: Final = "127.0.0.1"
 DEFAULT_UP_PORT: Final = 8080
@@ -44,6 +50,9 @@ _COMMAND_MODULES: Final = (
     "devyard.client.adb_commands",
     "devyard.client.asset_commands",
     "devyard.client.token_commands",
+    "devyard.client.instance_commands",
+    "devyard.client.tunnel_commands",
+    "devyard.client.login_commands",
     "devyard.hostd.commands",
     "devyard.connector.commands",
 )
@@ -257,12 +266,36 @@ def _extra_of(args: argparse.Namespace) -> str | None:
     return _EXTRAS.get(args.command, _CLIENT_EXTRA)
 
 
+def _quiet_broken_pipe() -> int:
+    """stdout's reader went away (``| head -1``): exit like a Unix tool killed by SIGPIPE,
+    silently; the interpreter's last flush goes to /dev/null instead of raising again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return EXIT_BROKEN_PIPE
+
+
+def _only(group: BaseExceptionGroup[BaseException], kind: type[BaseException]) -> bool:
+    return all(
+        isinstance(e, kind) or (isinstance(e, BaseExceptionGroup) and _only(e, kind))
+        for e in group.exceptions
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         code: int = args.run(args, os.environ)
+        sys.stdout.flush()
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return _quiet_broken_pipe()
+    except BaseExceptionGroup as group:
+        if _only(group, BrokenPipeError):
+            return _quiet_broken_pipe()
+        if _only(group, KeyboardInterrupt):
+            return EXIT_INTERRUPTED
+        raise
     except ModuleNotFoundError as exc:
         extra = _extra_of(args)
         if extra is None or (exc.name or "devyard").partition(".")[0] == "devyard":
@@ -273,6 +306,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
+    except Exception as exc:
+        if _extra_of(args) != _CLIENT_EXTRA or args.command == "connector":
+            raise  # a daemon's crash: its traceback is the bug report
+        # an API command never shows a traceback: one line, and a code of its own
+        text = " ".join(str(exc).split())
+        print(
+            f"devyard {args.command}: internal error: {type(exc).__name__}: {text} "
+            "(please report it)",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL
     return code
 
 
