@@ -3,15 +3,24 @@
 The server, the host daemon and the connector each run until told to stop. The first SIGINT or
 SIGTERM asks for a graceful stop (the daemon's *shutdown* event: drain, tell the peer, stop
 instances); a second one stops at once (the daemon's task is cancelled). `run_until_signalled`
-is that watcher, once; `setup_logging` is the one log format.
+is that watcher, once; `setup_logging` is the one log setup.
+
+Logs are one line per event, ``text`` (for people) or ``json`` (one object per line, for a
+log pipeline: ``ts``, ``level``, ``logger``, ``message``, ``request_id`` when a request caused
+it, ``exc`` with the traceback when there is one). `REQUEST_ID` is the id of the API request
+being served (set by the server's request middleware); the handler's filter stamps it on every
+record, so every line a request causes carries its id, whichever module logs it.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextvars import ContextVar
+from datetime import UTC, datetime
 from functools import partial
 from typing import Final, TextIO, TypeVar
 
@@ -21,10 +30,15 @@ import trio
 __all__ = [
     "EXIT_INTERRUPTED",
     "LOG_FORMAT",
+    "LOG_FORMATS",
     "LOG_LEVELS",
+    "REQUEST_ID",
+    "JsonFormatter",
+    "RequestIdFilter",
     "Stopped",
     "run_until_signalled",
     "setup_logging",
+    "text_formatter",
 ]
 
 #: The exit code of a daemon stopped by a second signal (128 + SIGINT, as shells report it).
@@ -32,19 +46,65 @@ EXIT_INTERRUPTED: Final = 130
 LOG_FORMAT: Final = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 #: The ``--log-level`` choices of every command.
 LOG_LEVELS: Final = ("debug", "info", "warning", "error")
+#: The ``--log-format`` choices of every command.
+LOG_FORMATS: Final = ("text", "json")
+#: The request id of the API request this task serves (None outside a request).
+REQUEST_ID: ContextVar[str | None] = ContextVar("devyard_request_id", default=None)
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
 
-def setup_logging(level: str, *, stream: TextIO | None = None) -> None:
-    """Log *level* and above (one of `LOG_LEVELS`) to *stream* (stderr) in `LOG_FORMAT`."""
-    logging.basicConfig(
-        level=getattr(logging, level.upper()),
-        stream=sys.stderr if stream is None else stream,
-        format=LOG_FORMAT,
-    )
+class RequestIdFilter(logging.Filter):
+    """Stamps `REQUEST_ID` on each record (as ``request_id``)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.request_id = REQUEST_ID.get()
+        return True
+
+
+class _TextFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        request_id = getattr(record, "request_id", None)
+        return line if request_id is None else f"{line} request_id={request_id}"
+
+
+def text_formatter() -> logging.Formatter:
+    """`LOG_FORMAT`, and `` request_id=...`` at the end of lines a request caused."""
+    return _TextFormatter(LOG_FORMAT)
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, object] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        request_id = getattr(record, "request_id", None)
+        if request_id is not None:
+            entry["request_id"] = request_id
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return json.dumps(entry, ensure_ascii=False)
+
+
+def setup_logging(level: str, *, fmt: str = "text", stream: TextIO | None = None) -> None:
+    """Log *level* and above (one of `LOG_LEVELS`) to *stream* (stderr), one line per event,
+    as *fmt* (one of `LOG_FORMATS`)."""
+    handler = logging.StreamHandler(sys.stderr if stream is None else stream)
+    handler.addFilter(RequestIdFilter())
+    handler.setFormatter(JsonFormatter() if fmt == "json" else text_formatter())
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(getattr(logging, level.upper()))
 
 
 @attrs.frozen

@@ -7,6 +7,8 @@
     devyard admin host-token list|revoke ID|rotate ID   list, revoke or rotate host tokens
     devyard hostd --server URL --token-file F --region NAME   a host daemon
     devyard whoami | org | members | keys | regions   user commands (devyard.client.commands)
+    devyard android|ios|xcode|gradle ...             instances and device verbs
+    devyard tunnel ... | login | profiles             tunnels; saved servers and keys (docs/cli.md)
 
 This is the edge where configuration is read: flags, ``os.environ`` and an optional file
 become one frozen config value, passed down. Subcommands live in their packages and are
@@ -34,6 +36,10 @@ if TYPE_CHECKING:
 
 __all__ = ["build_parser", "main"]
 
+EXIT_INTERRUPTED: Final = 130  # Ctrl-C (128 + SIGINT)
+EXIT_BROKEN_PIPE: Final = 141  # stdout closed by its reader (128 + SIGPIPE)
+EXIT_INTERNAL: Final = 70  # a bug of an API command (sysexits' EX_SOFTWARE)
+
 DEFAULT_UP_DATA_DIR: Final = "./data"
 DEFAULT_UP_HOST: Final = "127.0.0.1"
 DEFAULT_UP_PORT: Final = 8080
@@ -44,6 +50,9 @@ _COMMAND_MODULES: Final = (
     "devyard.client.adb_commands",
     "devyard.client.asset_commands",
     "devyard.client.token_commands",
+    "devyard.client.instance_commands",
+    "devyard.client.tunnel_commands",
+    "devyard.client.login_commands",
     "devyard.hostd.commands",
     "devyard.connector.commands",
 )
@@ -57,6 +66,11 @@ _EXTRAS: Final[Mapping[str, str]] = {
     "connector quick": "client",
 }
 _CLIENT_EXTRA: Final = "client"  # every other command outside the connector calls the API
+
+_METRICS_HELP: Final = (
+    "serve Prometheus /metrics on this operator port (env DEVYARD_METRICS_LISTEN; keep it "
+    "private: docs/operations.md)"
+)
 
 Sub: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
@@ -76,6 +90,7 @@ def _server_config(
         "tls_key": getattr(args, "tls_key", None),
         "tls_self_signed": True if getattr(args, "tls", False) else None,
         "allow_plain_http": True if getattr(args, "allow_plain_http", False) else None,
+        "metrics_listen": getattr(args, "metrics_listen", None),
     }
     return load_server_config(
         flags=flags,
@@ -85,10 +100,10 @@ def _server_config(
     )
 
 
-def _configure_logging(level: str) -> None:
+def _configure_logging(level: str, fmt: str) -> None:
     from ._process import setup_logging  # noqa: PLC0415
 
-    setup_logging(level)
+    setup_logging(level, fmt=fmt)
 
 
 def _run_server_command(args: argparse.Namespace, env: Mapping[str, str]) -> int:
@@ -114,7 +129,7 @@ def _run_server_command(args: argparse.Namespace, env: Mapping[str, str]) -> int
         print(f"devyard: error: {exc}", file=sys.stderr)
         return 2
     assert isinstance(config, ServerConfig)
-    _configure_logging(args.log_level)
+    _configure_logging(args.log_level, args.log_format)
     try:
         if args.command == "admin" and args.admin_command == "host-token":
             return _host_token(config, args.action, args.host)
@@ -150,6 +165,9 @@ def _add_server_options(parser: argparse.ArgumentParser, *, data_dir_help: str) 
     parser.add_argument(
         "--log-level", default="info", choices=("debug", "info", "warning", "error")
     )
+    parser.add_argument(
+        "--log-format", default="text", choices=("text", "json"), help="one line per event"
+    )
     parser.set_defaults(run=_run_server_command)
 
 
@@ -176,6 +194,7 @@ def _add_server_commands(sub: Sub) -> None:
         action="store_true",
         help="serve plain HTTP on a non-loopback --host (a TLS proxy is in front)",
     )
+    up.add_argument("--metrics-listen", metavar="HOST:PORT", help=_METRICS_HELP)
 
     server = sub.add_parser("server", help="run the control plane server")
     _add_server_options(server, data_dir_help="where state lives (env DEVYARD_DATA_DIR)")
@@ -193,6 +212,7 @@ def _add_server_commands(sub: Sub) -> None:
         action="store_true",
         help="serve plain HTTP on a non-loopback address (a TLS proxy is in front)",
     )
+    server.add_argument("--metrics-listen", metavar="HOST:PORT", help=_METRICS_HELP)
 
     admin = sub.add_parser("admin", help="operator commands with direct store access")
     admin_sub = admin.add_subparsers(dest="admin_command", metavar="COMMAND", required=True)
@@ -268,12 +288,36 @@ def _extra_of(args: argparse.Namespace) -> str | None:
     return _EXTRAS.get(args.command, _CLIENT_EXTRA)
 
 
+def _quiet_broken_pipe() -> int:
+    """stdout's reader went away (``| head -1``): exit like a Unix tool killed by SIGPIPE,
+    silently; the interpreter's last flush goes to /dev/null instead of raising again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return EXIT_BROKEN_PIPE
+
+
+def _only(group: BaseExceptionGroup[BaseException], kind: type[BaseException]) -> bool:
+    return all(
+        isinstance(e, kind) or (isinstance(e, BaseExceptionGroup) and _only(e, kind))
+        for e in group.exceptions
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         code: int = args.run(args, os.environ)
+        sys.stdout.flush()
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return _quiet_broken_pipe()
+    except BaseExceptionGroup as group:
+        if _only(group, BrokenPipeError):
+            return _quiet_broken_pipe()
+        if _only(group, KeyboardInterrupt):
+            return EXIT_INTERRUPTED
+        raise
     except ModuleNotFoundError as exc:
         extra = _extra_of(args)
         if extra is None or (exc.name or "devyard").partition(".")[0] == "devyard":
@@ -284,6 +328,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
+    except Exception as exc:
+        if _extra_of(args) != _CLIENT_EXTRA or args.command == "connector":
+            raise  # a daemon's crash: its traceback is the bug report
+        # an API command never shows a traceback: one line, and a code of its own
+        text = " ".join(str(exc).split())
+        print(
+            f"devyard {args.command}: internal error: {type(exc).__name__}: {text} "
+            "(please report it)",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL
     return code
 
 

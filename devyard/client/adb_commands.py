@@ -98,10 +98,15 @@ def _connect(args: argparse.Namespace, env: dict[str, str]) -> int:
         "--port",
         str(port),
     ]
-    if args.server:
-        command += ["--server", args.server]
-    if args.api_key_file:
-        command += ["--api-key-file", args.api_key_file]
+    for flag, value in (
+        ("--base-url", args.base_url),
+        ("--profile", args.profile),
+        ("--api-key-file", args.api_key_file),
+    ):
+        if value:
+            command += [flag, value]
+    # a key given as --api-key goes to the child in its environment, not its command line
+    env = {**env, "DEVYARD_API_KEY": args.api_key} if args.api_key else env
     log = Path(tempfile.gettempdir()) / f"devyard-adb-forward-{args.instance_id}.log"
     with open(log, "wb") as sink:
         child = subprocess.Popen(  # noqa: S603 - our own interpreter and module

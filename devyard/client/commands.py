@@ -18,44 +18,123 @@ from typing import TYPE_CHECKING, Final, TextIO
 if TYPE_CHECKING:
     from .client import AsyncClient
 
-__all__ = ["ENV_API_KEY", "ENV_BASE_URL", "add_commands"]
+__all__ = [
+    "ENV_API_KEY",
+    "ENV_BASE_URL",
+    "EXIT_AUTH",
+    "EXIT_CONFLICT",
+    "EXIT_NOT_FOUND",
+    "EXIT_UNAVAILABLE",
+    "EXIT_USAGE",
+    "CommandError",
+    "add_commands",
+    "exit_code_of",
+]
 
-ENV_BASE_URL: Final = "DEVYARD_BASE_URL"
-ENV_API_KEY: Final = "DEVYARD_API_KEY"
-DEFAULT_BASE_URL: Final = "http://127.0.0.1:8080"
+from .profiles import DEFAULT_BASE_URL, ENV_API_KEY, ENV_BASE_URL, ENV_PROFILE
 
 Handler = Callable[["AsyncClient", argparse.Namespace, TextIO], Awaitable[None]]
+
+#: Exit codes of the API commands (docs/cli.md): scripts can tell these apart.
+EXIT_OK: Final = 0
+EXIT_ERROR: Final = 1  # anything else the server refused (400, 422...)
+EXIT_USAGE: Final = 2  # bad flags, no API key, an unknown profile, an unreadable file
+EXIT_NOT_FOUND: Final = 3  # 404
+EXIT_AUTH: Final = 4  # 401, 403: the key is wrong, revoked or not allowed
+EXIT_CONFLICT: Final = 5  # 409: no capacity, already exists, not in that state
+EXIT_UNAVAILABLE: Final = 6  # the server cannot be reached, or answered 5xx / 429
+EXIT_TIMEOUT: Final = 7  # --wait gave up
+EXIT_INTERRUPTED: Final = 130  # Ctrl-C
 
 
 class UsageError(Exception):
     pass
 
 
+class CommandError(Exception):
+    """A command's own failure: one line for stderr and its exit code."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_ERROR) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
 def _resolve(args: argparse.Namespace, env: Mapping[str, str]) -> tuple[str, str]:
-    base_url = args.server or env.get(ENV_BASE_URL) or DEFAULT_BASE_URL
-    if args.api_key_file is not None:
+    from .profiles import ConfigFileError, resolve  # noqa: PLC0415
+
+    api_key = getattr(args, "api_key", None)
+    if getattr(args, "api_key_file", None) is not None:
         try:
             api_key = Path(args.api_key_file).read_text(encoding="utf-8").strip()
         except OSError as exc:
             raise UsageError(f"cannot read {args.api_key_file}: {exc.strerror}") from exc
-    else:
-        api_key = env.get(ENV_API_KEY, "").strip()
-    if not api_key:
-        raise UsageError(f"no API key: pass --api-key-file FILE or set {ENV_API_KEY}")
-    return base_url, api_key
+    try:
+        found = resolve(
+            env,
+            profile=getattr(args, "profile", None),
+            base_url=getattr(args, "base_url", None),
+            api_key=api_key,
+        )
+    except ConfigFileError as exc:
+        raise UsageError(str(exc)) from exc
+    if not found.api_key:
+        raise UsageError(
+            f"no API key: run devyard login, or pass --api-key-file FILE, or set {ENV_API_KEY}"
+        )
+    return found.base_url, found.api_key
+
+
+def exit_code_of(exc: BaseException) -> int:
+    """The exit code an error of the client means."""
+    from ._errors import (  # noqa: PLC0415
+        APIError,
+        AuthenticationError,
+        ConflictError,
+        NotFoundError,
+        PermissionDeniedError,
+        RateLimitError,
+        ServerError,
+        TransportError,
+    )
+
+    if isinstance(exc, CommandError):
+        return exc.exit_code
+    if isinstance(exc, NotFoundError):
+        return EXIT_NOT_FOUND
+    if isinstance(exc, AuthenticationError | PermissionDeniedError):
+        return EXIT_AUTH
+    if isinstance(exc, ConflictError):
+        return EXIT_CONFLICT
+    if isinstance(exc, TransportError | ServerError | RateLimitError):
+        return EXIT_UNAVAILABLE
+    if isinstance(exc, APIError):
+        return EXIT_ERROR
+    return EXIT_ERROR
+
+
+def _one_line(exc: BaseException) -> str:
+    from ._errors import APIError, AuthenticationError, TransportError  # noqa: PLC0415
+
+    if isinstance(exc, AuthenticationError):
+        return f"{exc.message} (HTTP {exc.status}); check the key (devyard login, --profile)"
+    if isinstance(exc, APIError):
+        return f"{exc.message} (HTTP {exc.status})"
+    if isinstance(exc, TransportError):
+        return f"cannot reach the server: {exc}; is the base URL right? (--base-url, --profile)"
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def _run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     import trio  # noqa: PLC0415 - loaded only when a command runs
 
-    from ._errors import APIError, DevyardError  # noqa: PLC0415
+    from ._errors import DevyardError  # noqa: PLC0415
     from .client import AsyncClient  # noqa: PLC0415
 
     try:
         base_url, api_key = _resolve(args, env)
     except UsageError as exc:
         print(f"devyard: error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     handler: Handler = args.handler
 
     async def main() -> None:
@@ -64,13 +143,10 @@ def _run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
 
     try:
         trio.run(main)
-    except APIError as exc:
-        print(f"devyard: error: {exc.message} (HTTP {exc.status})", file=sys.stderr)
-        return 1
-    except DevyardError as exc:
-        print(f"devyard: error: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    except (DevyardError, CommandError, UsageError) as exc:
+        print(f"devyard: error: {_one_line(exc)}", file=sys.stderr)
+        return EXIT_USAGE if isinstance(exc, UsageError) else exit_code_of(exc)
+    return EXIT_OK
 
 
 # -- the commands ---------------------------------------------------------------------------
@@ -206,15 +282,24 @@ async def _regions(client: AsyncClient, args: argparse.Namespace, out: TextIO) -
 
 def _common() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    group = common.add_argument_group("server and credentials")
+    group = common.add_argument_group("server and credentials (docs/cli.md)")
     group.add_argument(
+        "--profile", metavar="NAME", help=f"a profile of devyard login (env {ENV_PROFILE})"
+    )
+    group.add_argument(
+        "--base-url",
         "--server",
+        dest="base_url",
         metavar="URL",
-        help=f"base URL of the devyard server (env {ENV_BASE_URL}; default {DEFAULT_BASE_URL})",
+        help=f"the devyard server (env {ENV_BASE_URL}; default: the profile's, "
+        f"else {DEFAULT_BASE_URL})",
     )
     group.add_argument(
-        "--api-key-file", metavar="FILE", help=f"file holding the API key (else env {ENV_API_KEY})"
+        "--api-key",
+        metavar="KEY",
+        help=f"the API key (env {ENV_API_KEY}; visible in ps: prefer a profile or the env)",
     )
+    group.add_argument("--api-key-file", metavar="FILE", help="file holding the API key")
     group.add_argument("--json", action="store_true", help="print the API's JSON, for scripts")
     return common
 

@@ -31,6 +31,7 @@ __all__ = [
     "EXIT_TOKEN_ROTATED",
     "EXIT_TUNNEL_DELETED",
     "EXIT_USAGE",
+    "EXIT_VERSION",
     "LinkLostError",
     "PermanentError",
     "permanent_for_code",
@@ -47,6 +48,7 @@ EXIT_REPLACED: Final = 13
 EXIT_TOKEN_INVALID: Final = 14
 EXIT_TOKEN_REVOKED: Final = 15
 EXIT_PROTOCOL: Final = 16
+EXIT_VERSION: Final = 17  # this connector is older than the server takes (core/versions.py)
 
 #: The exit status of each permanent end's code.
 EXIT_CODES: Final = {
@@ -57,6 +59,7 @@ EXIT_CODES: Final = {
     "token-invalid": EXIT_TOKEN_INVALID,
     "token-revoked": EXIT_TOKEN_REVOKED,
     "protocol-unsupported": EXIT_PROTOCOL,
+    "version-unsupported": EXIT_VERSION,
 }
 _BY_GO_AWAY: Final = {
     GoAwayCode.TOKEN_ROTATED: "token-rotated",

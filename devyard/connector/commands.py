@@ -70,7 +70,7 @@ def _run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
             file=sys.stderr,
         )
         return _USAGE
-    setup_logging(args.log_level)
+    setup_logging(args.log_level, fmt=args.log_format)
     config = ConnectorConfig(
         server_url=args.server,
         token=token,
@@ -96,7 +96,7 @@ def _quick(args: argparse.Namespace, env: Mapping[str, str]) -> int:
             file=sys.stderr,
         )
         return _USAGE
-    setup_logging(args.log_level)
+    setup_logging(args.log_level, fmt=args.log_format)
     config = ConnectorConfig(
         server_url=args.server,
         token="",
@@ -147,6 +147,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--log-level", default="info", choices=("debug", "info", "warning", "error")
     )
+    parser.add_argument("--log-format", default="text", choices=("text", "json"))
 
 
 def add_commands(sub: Sub) -> None:
@@ -155,7 +156,8 @@ def add_commands(sub: Sub) -> None:
         help="hold a tunnel: let devices reach destinations in this network",
         description="The tunnel connector. Exit codes: 0 clean stop, 1 error, 2 usage, "
         "10 token rotated, 11 token expired, 12 tunnel deleted, 13 replaced by another "
-        "connector, 14 invalid token, 15 token revoked, 16 protocol unsupported.",
+        "connector, 14 invalid token, 15 token revoked, 16 protocol unsupported, 17 this "
+        "connector is older than the server takes (upgrade it).",
     )
     commands = connector.add_subparsers(dest="connector_command", metavar="COMMAND", required=True)
     run = commands.add_parser("run", help="hold a tunnel as its active connector, or as a standby")

@@ -41,6 +41,11 @@ def _parse_network(text: str) -> str:
 # hostd/browser's defaults, repeated here so that building the parser imports nothing
 _CHROMIUM: Final = "/usr/bin/chromium"
 _BROWSER_MEMORY_MIB: Final = 2048
+def _parse_listen(text: str) -> tuple[str, int]:
+    host, colon, port = text.rpartition(":")
+    if not colon or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
+    return host.strip("[]") or "127.0.0.1", int(port)
 
 
 def _run_hostd(args: argparse.Namespace, env: Mapping[str, str]) -> int:
@@ -77,7 +82,7 @@ def _run_hostd(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         return 2
     emulator = None
     policy = NetPolicy(allow=parse_networks(args.allow_network))
-    setup_logging(args.log_level)
+    setup_logging(args.log_level, fmt=args.log_format)
     if "android-emulator" in drivers:
         try:  # the environment is read here, at the edge, and handed down
             emulator = _emulator_config(EmulatorConfig.from_env(env), args, policy)
@@ -98,6 +103,7 @@ def _run_hostd(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         browser=BrowserConfig(
             executable=Path(args.chromium), memory_limit=args.browser_memory_mib * 1024 * 1024
         ),
+        metrics_listen=args.metrics_listen,
     )
     return trio.run(lambda: run_hostd(config, err=sys.stderr))
 
@@ -134,7 +140,8 @@ def add_commands(sub: Sub) -> None:
         "hostd",
         help="run a host daemon that links to a server and runs its instances",
         description="Dial the server's edge (outbound only), register this host and run the "
-        "instances the server places here. Reconnects with backoff; a refused token exits 3.",
+        "instances the server places here. Reconnects with backoff; a refused token exits 3, "
+        "a host older than the server takes exits 4.",
     )
     hostd.add_argument("--server", required=True, metavar="URL", help="the server's base URL")
     hostd.add_argument(
@@ -196,4 +203,11 @@ def add_commands(sub: Sub) -> None:
         f"(default {_BROWSER_MEMORY_MIB})",
     )
     hostd.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    hostd.add_argument("--log-format", default="text", choices=("text", "json"))
+    hostd.add_argument(
+        "--metrics-listen",
+        type=_parse_listen,
+        metavar="HOST:PORT",
+        help="serve /metrics here (the operator port)",
+    )
     hostd.set_defaults(run=_run_hostd)

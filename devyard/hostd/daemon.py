@@ -40,10 +40,12 @@ from ..core.link import (
 )
 from ..core.tls import client_context
 from ..core.transports import link_url
+from ..core.versions import VERSION_UNSUPPORTED
 from .browser import BrowserConfig
 from .drivers import DriverOpener, Platform, drivers_by_name
 from .drivers.emulator import EmulatorConfig
 from .endpoints import serve_streams
+from .metrics import serve_metrics
 from .netpolicy import NetPolicy
 from .sandboxes import prepare_data_dir
 from .supervisor import LinkDown, Supervisor
@@ -53,6 +55,7 @@ log = logging.getLogger(__name__)
 __all__ = [
     "EXIT_INTERRUPTED",
     "EXIT_PERMANENT",
+    "EXIT_VERSION",
     "HOST_CONNECTIONS_PATH",
     "HostdConfig",
     "PermanentLinkError",
@@ -62,6 +65,7 @@ __all__ = [
 
 HOST_CONNECTIONS_PATH: Final = HOST_PATH
 EXIT_PERMANENT: Final = 3
+EXIT_VERSION: Final = 4  # this host daemon is older than the server takes (core/versions.py)
 _STOP_GRACE: Final = 10.0
 _SAY_GRACE: Final = 2.0
 _PLATFORMS_BY_DRIVER: Final = {
@@ -72,7 +76,12 @@ _PLATFORMS_BY_DRIVER: Final = {
 
 
 class PermanentLinkError(Exception):
-    """The edge refused this host for good (bad token, permanent ``error``): do not retry."""
+    """The edge refused this host for good (bad token, permanent ``error``): do not retry.
+    ``exit_code`` is the process's: `EXIT_VERSION` for a host older than the server takes."""
+
+    def __init__(self, message: str, *, exit_code: int = EXIT_PERMANENT) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 def _explain(refused: LinkRefused) -> PermanentLinkError:
@@ -81,7 +90,8 @@ def _explain(refused: LinkRefused) -> PermanentLinkError:
             f"the server refused the host token (HTTP {refused.status}); "
             "create one with: devyard admin host-token --data-dir DIR"
         )
-    return PermanentLinkError(f"the server refused this host ({refused})")
+    exit_code = EXIT_VERSION if refused.code == VERSION_UNSUPPORTED else EXIT_PERMANENT
+    return PermanentLinkError(f"the server refused this host ({refused})", exit_code=exit_code)
 
 
 @attrs.frozen
@@ -99,6 +109,7 @@ class HostdConfig:
     net_policy: NetPolicy = attrs.field(factory=NetPolicy)  # --allow-network: netpolicy.py
     ca_file: Path | None = None  # --ca-file: a CA trusted besides the system's (core/tls.py)
     browser: BrowserConfig = attrs.field(factory=BrowserConfig)  # --chromium: docs/sandbox.md
+    metrics_listen: tuple[str, int] | None = None  # --metrics-listen: the operator port
 
     @property
     def link_url(self) -> str:
@@ -183,6 +194,10 @@ async def serve_hostd(
                 tls=tls,
                 browser=config.browser,
             )
+            if config.metrics_listen is not None:
+                await nursery.start(
+                    serve_metrics, supervisor, config.capacity, *config.metrics_listen
+                )
             task_status.started(supervisor)
             try:
                 await run_link(
@@ -308,5 +323,5 @@ async def run_hostd(config: HostdConfig, *, err: TextIO) -> int:
         )
     except PermanentLinkError as exc:
         print(f"devyard hostd: error: {exc}", file=err, flush=True)
-        return EXIT_PERMANENT
+        return exc.exit_code
     return EXIT_INTERRUPTED if isinstance(outcome, Stopped) else 0

@@ -32,6 +32,7 @@ import trio
 
 from ..core import OpenError, splice
 from ..core.selectors import Selector, matches
+from . import metrics
 from .netdial import DialReason, DialRefused, ProxyEndpoint, open_checked
 from .netpolicy import NetPolicy
 from .proxy_protocol import Credentials, Dial, DialFailure, Handshake, Reject, Reply
@@ -137,7 +138,7 @@ class EgressProxy:
         try:
             upstream = await self._handshake(client)
             if upstream is not None:
-                await splice(client, upstream)
+                metrics.count_egress_splice(await splice(client, upstream))
         except (trio.TooSlowError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             log.debug("egress client of %s: %r", self.instance_id, exc)
         except Exception:  # one bad client ends its own connection, never the proxy

@@ -36,6 +36,7 @@ from ..core import OpenError, RemoteProtocolError, receive_message
 from ..core._groups import leaves
 from ..core.chrome_flags import ChromeFlagError
 from ..core.selectors import parse_selectors
+from . import metrics
 from .browser import BrowserConfig, browser_config, run_browser_sandbox, wants_browser
 from .builds import BuildHost
 from .drivers import (
@@ -359,10 +360,12 @@ class Supervisor:
         except* DeviceError as group:  # from the device, its tasks or the proxy's nursery
             error = "; ".join(str(exc) for exc in leaves(group))
             log.warning("instance %s failed: %s", instance.instance_id, error)
+            metrics.DRIVER_ERRORS.labels("device").inc()
         except* Exception as group:  # a bug in a driver or the proxy: this instance only
             causes = "; ".join(f"{type(exc).__name__}: {exc}" for exc in leaves(group))
             error = "; ".join(filter(None, [error, f"internal error on the host ({causes})"]))
             log.error("instance %s crashed", instance.instance_id, exc_info=group)
+            metrics.DRIVER_ERRORS.labels("crash").inc()
         finally:
             del self._instances[instance.instance_id]  # _emit below wakes wait_idle
             with trio.CancelScope(shield=True):  # the driver removes it; make sure

@@ -25,6 +25,8 @@ Keys (file key / environment variable):
                                                     DATA_DIR/tls (``devyard up --tls``)
     allow_plain_http    DEVYARD_ALLOW_PLAIN_HTTP    true: serve plain HTTP on a non-loopback
                                                     address (a TLS-terminating proxy in front)
+    metrics_listen      DEVYARD_METRICS_LISTEN      HOST:PORT of the operator port (/metrics);
+                                                    unset = off (docs/operations.md)
     max_connectors_per_tunnel                       connector links one tunnel may hold
                         DEVYARD_MAX_CONNECTORS_PER_TUNNEL  (active and standbys; more: 429
                                                     ``too-many-connectors``); default 8
@@ -152,6 +154,7 @@ class ServerConfig:
     tls_key: Path | None = None
     tls_self_signed: bool = False
     allow_plain_http: bool = False
+    metrics_listen: ListenAddress | None = None  # the operator port: /metrics
     # the edge's caps (issue 14 finding 9); the edge's own defaults are the same numbers
     max_connectors_per_tunnel: int = attrs.field(default=8, validator=attrs.validators.ge(1))
     max_streams_per_instance: int = attrs.field(default=16, validator=attrs.validators.ge(1))
@@ -371,6 +374,7 @@ _PARSERS: Final[dict[str, Callable[[object], Any]]] = {
     "tls_key": _path,
     "tls_self_signed": _bool,
     "allow_plain_http": _bool,
+    "metrics_listen": _parse_listen,
     "max_connectors_per_tunnel": _positive_int,
     "max_streams_per_instance": _positive_int,
     "secret_scanning_keys_url": _parse_public_url,

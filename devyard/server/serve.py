@@ -22,6 +22,7 @@ from functools import partial
 from typing import TYPE_CHECKING, TextIO
 from urllib.parse import urlsplit
 
+import attrs
 import trio
 
 from .._process import EXIT_INTERRUPTED, Stopped, run_until_signalled
@@ -37,6 +38,7 @@ from .edge.gateway import INSTANCES_PREFIX, InstanceGateway
 from .edge.rawlinks import RawRoute, open_raw_listeners, serve_raw_links
 from .edge.tokens import RECHECK_INTERVAL, drop_revoked_hosts
 from .hosts import EVENT_BUFFER, Activity, HostEvent
+from .metrics import serve_metrics
 from .store import Store, open_store
 from .store.build_logs import SqlBuildLogs
 from .tls import LocalCertificates, ServerTLS, ensure_local_ca
@@ -229,6 +231,8 @@ async def _serve(
         # deletions a crash interrupted finish now (they end instances on linked hosts)
         deletion = OrganizationDeletion(store, service, tunnel_service, state.assets)
         nursery.start_soon(deletion.resume_deletions)
+        if config.metrics_listen is not None:  # the operator port (docs/operations.md)
+            await nursery.start(serve_metrics, state, *attrs.astuple(config.metrics_listen))
         await serve_api(
             state,
             shutdown_trigger=shutdown_trigger,

@@ -48,7 +48,8 @@ async def test_bootstrap_prints_a_key_the_server_accepts(
                     "admin",
                 )
             ready = await http.get("/readyz")
-        assert ready.json() == {"message": "ready"}
+        assert ready.json()["message"] == "ready"
+        assert ready.json()["checks"]["store"] == "ok"
         assert await server.stop(signal.SIGTERM) == 0
     # `devyard server` never bootstraps by itself.
     assert not (tmp_path / "data" / "admin-api-key").exists()

@@ -99,7 +99,7 @@ async def test_push_uploads_only_when_the_md5_differs_then_pull_list_delete(
         deleted = await run(["asset", "delete", "app.apk"], env, work)
         assert deleted.returncode == 0, deleted.stderr
         missing = await run(["asset", "pull", "app.apk", "-o", str(out)], env, work)
-        assert missing.returncode == 1
+        assert missing.returncode == 3  # not found (docs/cli.md exit codes)
         assert b"no asset named 'app.apk'" in missing.stderr
         unreadable = await run(["asset", "push", str(work / "nope")], env, work)
         assert unreadable.returncode == 1 and b"cannot read" in unreadable.stderr

@@ -97,9 +97,10 @@ async def test_errors_exit_1_with_the_servers_message(server: Server, tmp_path: 
             ["whoami"], clean_env(DEVYARD_BASE_URL=server.url, DEVYARD_API_KEY="dy_x"), tmp_path
         )
         no_key = await run(["whoami"], clean_env(DEVYARD_BASE_URL=server.url), tmp_path)
-    assert denied.returncode == 1
+    assert denied.returncode == 1  # 422: refused for a reason of its own (docs/cli.md)
     assert "last admin" in denied.stderr.decode() and "(HTTP 422)" in denied.stderr.decode()
-    assert bad_key.returncode == 1
-    assert bad_key.stderr.decode().strip() == "devyard: error: invalid API key (HTTP 401)"
+    assert bad_key.returncode == 4  # authentication (docs/cli.md exit codes)
+    assert bad_key.stderr.decode().startswith("devyard: error: invalid API key (HTTP 401)")
+    assert bad_key.stderr.decode().count("\n") == 1
     assert no_key.returncode == 2
     assert "DEVYARD_API_KEY" in no_key.stderr.decode()

@@ -131,6 +131,7 @@ IMPORT_NAMES: Mapping[str, str] = {
     "jsonschema-rs": "jsonschema_rs",
     "pillow": "PIL",
     "httpx": "httpx",
+    "prometheus-client": "prometheus_client",
 }
 
 #: Where each install's code lives ("" is `pip install devyard`, the connector).

@@ -21,9 +21,11 @@ from urllib.parse import unquote_to_bytes
 
 from quart import g, request
 
+from .. import metrics
 from ._errors import BadRequest, InternalError, NotFound, RateLimited
 from .auth import Principal, authorize
 from .context import RequestInput, state
+from .requestlog import mark_route
 
 __all__ = ["before_request"]
 
@@ -38,6 +40,7 @@ async def before_request() -> None:
     operation = api.contract.operation(request.method, rule.rule)
     if operation is None:
         raise InternalError(f"{request.method} {rule.rule} is not in the OpenAPI document")
+    mark_route(request.scope, operation.template)  # the access log's and metrics' route label
 
     caller: Principal | None = None
     authorization = request.headers.get("Authorization")
@@ -90,4 +93,5 @@ def _check_target() -> None:
 
 def _spend(wait: float, whose: str) -> None:
     if wait > 0:
+        metrics.RATE_LIMITED.labels("key" if "key" in whose else "client").inc()
         raise RateLimited(f"rate limit of {whose} exceeded; retry later", retry_after=wait)

@@ -34,6 +34,7 @@ from ..tls import ServerTLS
 from ..tunnels import TunnelConnections
 from .app import create_app
 from .context import ApiState
+from .requestlog import RequestLog
 
 log = logging.getLogger(__name__)
 
@@ -192,6 +193,7 @@ async def serve_api(
         app = WebSocketRoutes(app, websockets or {}, prefixes)
     if tls is not None:
         app = StrictTransport(app)
+    app = RequestLog(app, mounted=[*(websockets or {}), *(prefixes or {})])  # ids, access log
     async with trio.open_nursery() as nursery:
         binds: list[str] = await nursery.start(
             partial(

@@ -25,6 +25,8 @@ import trio
 
 from ...core import ControlChannel, GoAwayCode, Session, UpgradeRequest, open_session
 from ...core.link import HELLO_TIMEOUT
+from ...core.versions import VERSION_UNSUPPORTED, peer_refusal
+from .. import metrics
 from .asgi import bearer_from, error_headers, reject_websocket
 from .asgi_stream import ASGIWebSocketStream, Receive, Send
 
@@ -105,7 +107,11 @@ async def serve_link(route: LinkRoute[_T], request: LinkRequest, transport: _Tra
             with trio.fail_after(HELLO_TIMEOUT):
                 control = ControlChannel(await session.accept_stream())
                 hello = await control.receive()
-            await route.serve(who, session, control, hello)
+            if (too_old := peer_refusal(hello)) is not None:  # docs/operations.md, versions
+                await refuse_hello(session, control, VERSION_UNSUPPORTED, too_old)
+                return
+            with metrics.link_open(request.path):
+                await route.serve(who, session, control, hello)
     except* _LOST as lost:
         log.info("link %r to %s ended: %r", who, request.path, lost.exceptions[0])
     except* Exception:

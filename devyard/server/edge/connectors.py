@@ -54,6 +54,7 @@ from ...core import (
 )
 from ...core.link import PROTO
 from ...core.selectors import SelectorError, SelectorHistory, parse_dest, parse_selectors
+from ...core.versions import SERVER_VERSION
 from ..store.base import Tunnel
 from ..store.rows import utc_now
 from ..tunnels import (
@@ -359,6 +360,7 @@ class ConnectorHub:
             await control.send(
                 {
                     "type": "registered",
+                    **SERVER_VERSION,
                     "role": role,
                     "tunnel": tunnel.name,
                     "ephemeral": tunnel.ephemeral,

@@ -16,6 +16,7 @@ from typing import Any, Final
 import trio
 
 from ...core import accept_open, reject_open, splice
+from .. import metrics
 from ..hosts import AccessDenied, AccessReason, InstanceDirectory
 from ..tunnels import TunnelConnections
 from .connectors import TunnelDialError, TunnelUnavailable
@@ -84,4 +85,4 @@ async def serve_egress(
         await reject_open(stream, exc.code, str(exc))
         return
     await accept_open(stream)
-    await splice(stream, upstream)
+    metrics.count_tunnel_splice(await splice(stream, upstream))

@@ -46,7 +46,7 @@ from ...core import (
     receive_message,
     splice,
 )
-from .. import viewing
+from .. import metrics, viewing
 from ..hosts import AccessDenied, HostUnavailableError, InstanceAccess, InstanceDirectory
 from .asgi import (
     ACCESS_REFUSALS,
@@ -277,9 +277,11 @@ class InstanceGateway:
     @contextlib.contextmanager
     def _counted(self, instance_id: str) -> Iterator[None]:
         self._open_streams[instance_id] = self._open_streams.get(instance_id, 0) + 1
+        metrics.INSTANCE_STREAMS.inc()
         try:
             yield
         finally:
+            metrics.INSTANCE_STREAMS.dec()
             left = self._open_streams[instance_id] - 1
             if left:
                 self._open_streams[instance_id] = left

@@ -41,6 +41,7 @@ from ...core import (
     request_open,
 )
 from ...core.link import PROTO
+from ...core.versions import SERVER_VERSION
 from ..hosts import (
     BuildLogSink,
     HostEvent,
@@ -222,7 +223,7 @@ class Edge:
         log.info("host %s (%s, %s) registered", host_id, info.name, info.region)
         try:
             await self._events.send(HostRegistered(host_id, reported, trio.current_time()))
-            await control.send({"type": "registered", "host_id": host_id})
+            await control.send({"type": "registered", "host_id": host_id, **SERVER_VERSION})
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._receive_loop, link, nursery.cancel_scope)
                 nursery.start_soon(self._accept_streams, link)

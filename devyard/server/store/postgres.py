@@ -35,6 +35,7 @@ import trio
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from ..metrics import timed_store
 from .database import (
     Dialect,
     Params,
@@ -167,8 +168,11 @@ class PostgresDatabase:
             raise trio.ClosedResourceError("the store is closed")
         async with self._limiter:
             interruptible: Interruptible[psycopg.Connection[Any]] = Interruptible(_cancel)
-            return await run_interruptible(
-                partial(_transaction, self._pool, fn, interruptible), interruptible
+            return await timed_store(
+                "postgres",
+                run_interruptible(
+                    partial(_transaction, self._pool, fn, interruptible), interruptible
+                ),
             )
 
     async def read(self, fn: Callable[[Tx], T]) -> T:

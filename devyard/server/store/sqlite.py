@@ -25,6 +25,7 @@ from typing import Any, Final, TypeVar
 
 import trio
 
+from ..metrics import timed_store
 from .database import Dialect, Params, Row, Tx, plain_params, sqlite_unique_columns, unique_conflict
 from .errors import Conflict, InvalidValue, StoreUnavailable
 from .threads import Interruptible, run_interruptible
@@ -178,7 +179,7 @@ class SqliteDatabase:
             try:
                 interruptible = Interruptible(_interrupt)
                 work = partial(_transaction, conn, fn, interruptible, begin)
-                return await run_interruptible(work, interruptible)
+                return await timed_store("sqlite", run_interruptible(work, interruptible))
             finally:
                 free.append(conn)
 

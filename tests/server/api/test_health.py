@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import shutil
+from typing import Any
+
 from quart.typing import TestClientProtocol as Client
 
+from devyard import __version__
 from devyard.server.api.contract import load_document
+from devyard.server.config import ServerConfig
 from devyard.server.store import FeedbackKind, Store
 
 from .conftest import Callers, assert_api_error
@@ -13,16 +18,41 @@ from .conftest import Callers, assert_api_error
 async def test_livez_and_readyz_answer_a_message(client: Client) -> None:
     live = await client.get("/livez")
     ready = await client.get("/readyz")
-    assert (live.status_code, await live.get_json()) == (200, {"message": "alive"})
-    assert (ready.status_code, await ready.get_json()) == (200, {"message": "ready"})
+    assert (live.status_code, ready.status_code) == (200, 200)
+    assert await live.get_json() == {"message": "alive"}
+    body = await ready.get_json()
+    assert body["message"] == "ready" and body["version"] == __version__
+    assert body["checks"] == {"store": "ok", "blobs": "ok", "hosts": "none linked"}
+
+
+async def _not_ready(client: Client) -> dict[str, Any]:
+    """The APIError shape (message, reason), plus what each check found and the version."""
+    answer = await client.get("/readyz")
+    assert answer.status_code == 500
+    body: dict[str, Any] = await answer.get_json()
+    assert body["message"].startswith("not ready") and body["reason"] == "not_ready"
+    assert set(body) == {"message", "reason", "version", "checks"}
+    return body
 
 
 async def test_readyz_is_500_when_the_store_is_gone(client: Client, store: Store) -> None:
     await store.aclose()
-    body = await assert_api_error(await client.get("/readyz"), 500, "not ready")
+    body = await _not_ready(client)
     assert body["reason"] == "not_ready"
+    assert body["checks"]["store"] == "unavailable" and body["version"] == __version__
     # Liveness does not depend on the database: restarting the process would not help.
     assert (await client.get("/livez")).status_code == 200
+
+
+async def test_readyz_names_a_blob_store_that_cannot_be_written(
+    client: Client, config: ServerConfig
+) -> None:
+    blobs = config.data_dir / "blobs"
+    shutil.rmtree(blobs, ignore_errors=True)
+    blobs.write_text("not a directory")
+    body = await _not_ready(client)
+    assert "blobs not writable" in body["message"]
+    assert body["checks"] == {"store": "ok", "blobs": "not writable", "hosts": "none linked"}
 
 
 async def test_regions_need_a_key_and_list_this_server(client: Client, callers: Callers) -> None:

@@ -164,7 +164,7 @@ async def test_a_wrong_api_key_fails_fast(rig: Rig, tmp_path: Path) -> None:
             "--server", rig.url, "--api-key-file", str(wrong)]  # fmt: skip
     with trio.fail_after(30):
         result = await trio.run_process(argv, capture_stdout=True, capture_stderr=True, check=False)
-    assert result.returncode == 1
+    assert result.returncode == 4  # authentication (docs/cli.md exit codes)
     assert b"HTTP 401" in result.stderr
 
 

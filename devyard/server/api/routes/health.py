@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import logging
+import os
+from typing import Final
 
 import trio
 from quart import Blueprint, Response, jsonify
 
+from .... import __version__
+from ...blobs import LocalBlobStore
 from ...store import errors as store_errors
-from .._errors import InternalError
 from ..context import body, request_input, state
 from ..views import base_url
 
@@ -18,21 +21,64 @@ __all__ = ["blueprint"]
 
 blueprint = Blueprint("health", __name__)
 
+_CHECK_TIMEOUT_S: Final = 5.0
+#: The checks whose failure makes the server not ready.
+_GATES: Final = ("store", "blobs")
+
 
 @blueprint.get("/livez")
 async def livez() -> dict[str, str]:
     return {"message": "alive"}
 
 
-@blueprint.get("/readyz")
-async def readyz() -> dict[str, str]:
+async def _store_check() -> str:
     try:
-        await state().store.ping()
-    except (store_errors.StoreError, trio.ClosedResourceError) as exc:
-        # Unreachable, or closed because the server is shutting down. The spec's answer is
-        # 500 (not 503): load balancers take any 5xx as "send traffic elsewhere".
-        raise InternalError("not ready: the database is unavailable", reason="not_ready") from exc
-    return {"message": "ready"}
+        with trio.fail_after(_CHECK_TIMEOUT_S):
+            await state().store.ping()
+    except trio.TooSlowError:
+        return "timeout"
+    except (store_errors.StoreError, trio.ClosedResourceError):
+        # unreachable, or closed because the server is shutting down
+        return "unavailable"
+    return "ok"
+
+
+async def _blobs_check() -> str:
+    blobs = state().assets.blobs
+    if not isinstance(blobs, LocalBlobStore):
+        await trio.lowlevel.checkpoint()
+        return "ok"
+    root = blobs.root
+
+    def writable() -> bool:  # the directory, or the one it will be created in
+        where = root if root.exists() else root.parent
+        return where.is_dir() and os.access(where, os.W_OK | os.X_OK)
+
+    return "ok" if await trio.to_thread.run_sync(writable) else "not writable"
+
+
+@blueprint.get("/readyz")
+async def readyz() -> tuple[Response, int]:
+    """What is and is not ready, with the version. The store and the blob store gate
+    readiness (500: load balancers take any 5xx as "send traffic elsewhere", spec 4.2); the
+    linked hosts are reported, not gated on: a server without hosts still serves the API
+    (docs/operations.md). A report, so it is built here rather than raised as an APIError."""
+    hosts = state().hosts
+    linked = len(hosts.hosts()) if hosts is not None else 0
+    checks = {
+        "store": await _store_check(),
+        "blobs": await _blobs_check(),
+        "hosts": f"{linked} linked" if linked else "none linked",
+    }
+    failed = [f"{name} {checks[name]}" for name in _GATES if checks[name] != "ok"]
+    body: dict[str, object] = {"version": __version__, "checks": checks}
+    if failed:
+        message = "not ready: " + ", ".join(failed)
+        if checks["store"] != "ok":
+            message += " (the database is unavailable)"
+        body = {"message": message, "reason": "not_ready", **body}
+        return jsonify(body), 500
+    return jsonify({"message": "ready", **body}), 200
 
 
 @blueprint.get("/openapi.json")
