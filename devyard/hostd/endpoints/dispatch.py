@@ -16,15 +16,15 @@ from ...core import (
     accept_open,
     read_open,
     reject_open,
-    splice,
 )
 from ...core.adb_splice import adb_splice
 from ..adb import ProtocolError as AdbProtocolError
 from ..adb import serve_adb
 from ..adb.device import AdbDevice
-from ..drivers import AndroidDevice, DeviceDriver, Platform, PortClosedError
+from ..drivers import AndroidDevice, DeviceDriver, Platform
 from .browser import serve_browser_stream
 from .device_api import serve_device_api
+from .ports import serve_port_stream
 
 log = logging.getLogger(__name__)
 
@@ -110,18 +110,8 @@ async def _serve_kind(stream: MuxStream, request: dict[str, Any], device: Device
         await serve_browser_stream(stream, device)
     elif kind == "adb":
         await _serve_adb_kind(stream, device)
-    elif kind == "http":
-        port = request.get("port")
-        if not isinstance(port, int) or not 0 < port < 65536:
-            await reject_open(stream, "bad-request", f"bad device port {port!r}")
-            return
-        try:
-            target = await device.open_port(port)
-        except PortClosedError:
-            await reject_open(stream, "refused", f"nothing listens on device port {port}")
-            return
-        await accept_open(stream)
-        await splice(stream, target)
+    elif kind == "http":  # targetHttpPortUrlPrefix: bytes to a device TCP port
+        await serve_port_stream(stream, device, request)
     else:
         await reject_open(stream, "bad-request", f"unknown stream kind {kind!r}")
 

@@ -1,0 +1,252 @@
+"""``targetHttpPortUrlPrefix`` in depth on the gateway rig (a real server and host daemon in one
+process): a real HTTP server and a real WebSocket echo server listen "on the device" (the
+virtual device's port table maps device ports to them), and real clients (httpx,
+trio-websocket, a raw socket) reach them through the prefix. The same through ``devyard up``
+and adb reverse, with 64 MiB bodies, is tests/e2e/test_up_ports.py.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+import trio
+from trio_websocket import ConnectionClosed, open_websocket_url
+
+from devyard.hostd.drivers.virtual import VirtualDevice
+from tests.device_apps import DeviceHttp, serve_device_http, serve_device_ws
+
+from .conftest import Rig, upgrade_refusal
+
+pytestmark = pytest.mark.slow
+
+HTTP_PORT = 8080
+WS_PORT = 8081
+
+
+async def _android(rig: Rig, nursery: trio.Nursery) -> tuple[dict[str, Any], DeviceHttp]:
+    instance = await rig.create("android")
+    device = rig.supervisor.device(instance["metadata"]["id"])
+    assert isinstance(device, VirtualDevice)
+    app = DeviceHttp()
+    device.map_port(HTTP_PORT, await nursery.start(serve_device_http, app))
+    device.map_port(WS_PORT, await nursery.start(serve_device_ws))
+    return instance, app
+
+
+@pytest.fixture
+async def ported(rig: Rig, nursery: trio.Nursery) -> tuple[dict[str, Any], DeviceHttp]:
+    return await _android(rig, nursery)
+
+
+def _auth(instance: dict[str, Any]) -> dict[str, str]:
+    return {"Authorization": f"Bearer {instance['status']['token']}"}
+
+
+@pytest.fixture
+async def client(ported: tuple[dict[str, Any], DeviceHttp]) -> AsyncIterator[httpx.AsyncClient]:
+    instance, _ = ported
+    prefix = instance["status"]["targetHttpPortUrlPrefix"]
+    async with httpx.AsyncClient(base_url=prefix, headers=_auth(instance), timeout=30) as http:
+        yield http
+
+
+async def test_the_prefix_is_advertised_and_reaches_the_device_port(
+    ported: tuple[dict[str, Any], DeviceHttp], client: httpx.AsyncClient
+) -> None:
+    instance, _ = ported
+    prefix = instance["status"]["targetHttpPortUrlPrefix"]
+    assert prefix == instance["status"]["apiUrl"].removesuffix("api") + "ports/"
+    hello = await client.get(f"{HTTP_PORT}/hello")
+    assert (hello.status_code, hello.text) == (200, "hello from the device")
+    assert hello.headers["content-length"] == "21"
+    missing = await client.get(f"{HTTP_PORT}/nothing-here")
+    assert (missing.status_code, missing.text) == (404, "no such page on the device")
+
+
+async def test_what_the_device_app_sees(
+    ported: tuple[dict[str, Any], DeviceHttp], client: httpx.AsyncClient
+) -> None:
+    instance, _ = ported
+    token = instance["status"]["token"]
+    response = await client.post(
+        f"{HTTP_PORT}/echo-request",
+        params={"a": "1 2"},
+        content=b"body!",
+        headers={"X-App": "yes", "Connection": "keep-alive, X-Drop", "X-Drop": "hop",
+                 "Cookie": "c=1"},
+    )  # fmt: skip
+    seen = response.json()
+    headers = dict(seen["headers"])
+    assert seen["method"] == "POST" and seen["body"] == "body!"
+    assert seen["query"] == "a=1+2"
+    assert headers["host"] == f"localhost:{HTTP_PORT}"
+    assert headers["x-app"] == "yes" and headers["cookie"] == "c=1"
+    assert headers["x-forwarded-for"] == "127.0.0.1"
+    assert headers["x-forwarded-proto"] == "http"
+    assert headers["x-forwarded-host"] == urlsplit(str(client.base_url)).netloc
+    assert headers["x-forwarded-prefix"] == (
+        f"/v1/instances/{instance['metadata']['id']}/ports/{HTTP_PORT}"
+    )
+    assert "x-drop" not in headers, "a field the Connection header names is hop-by-hop"
+    assert "authorization" not in headers, "the instance token never reaches the device"
+    assert token not in json.dumps(seen)
+
+    # ?token= opens the port too; the parameter is removed, the app's own Authorization passes
+    bare = httpx.AsyncClient(base_url=str(client.base_url), timeout=30)
+    async with bare:
+        response = await bare.get(
+            f"{HTTP_PORT}/echo-request/a%2Fb",
+            params={"token": token, "keep": "x"},
+            headers={"Authorization": "Bearer the-apps-own"},
+        )
+    assert response.status_code == 200, response.text
+    seen = response.json()
+    assert seen["query"] == "keep=x"
+    assert seen["rawPath"] == "/echo-request/a%2Fb", "the path goes as the caller wrote it"
+    assert dict(seen["headers"])["authorization"] == "Bearer the-apps-own"
+
+
+async def test_credentials_are_checked_first(
+    rig: Rig, nursery: trio.Nursery, ported: tuple[dict[str, Any], DeviceHttp]
+) -> None:
+    instance, _ = ported
+    url = instance["status"]["targetHttpPortUrlPrefix"] + f"{HTTP_PORT}/hello"
+    other, _ = await _android(rig, nursery)
+    async with httpx.AsyncClient(timeout=30) as http:
+        for headers in ({}, {"Authorization": "Bearer dyi_wrong"}, _auth(other)):
+            refused = await http.get(url, headers=headers)
+            assert refused.status_code == 401, refused.text
+            assert refused.json()["reason"] == "unauthorized"
+        streamed = {"Authorization": f"Bearer {instance['status']['streamToken']}"}
+        refused = await http.get(url, headers=streamed)
+        assert (refused.status_code, refused.json()["reason"]) == (403, "forbidden")
+        assert (await http.get(url, params={"token": instance["status"]["token"]})).text == (
+            "hello from the device"
+        )
+
+
+async def test_closed_and_bad_ports_answer_api_errors(client: httpx.AsyncClient) -> None:
+    closed = await client.get("9999/")
+    assert closed.status_code == 502, closed.text
+    assert closed.json() == {
+        "message": "nothing listens on device port 9999",
+        "reason": "port_closed",
+    }
+    for bad in ("0/", "65536/", "abc/", "-1/", "", "99999999999999999999/"):
+        answer = await client.get(bad)
+        assert answer.status_code == 400, (bad, answer.text)
+        assert answer.json()["reason"] == "bad_request"
+
+
+async def test_an_ended_instance_is_gone(
+    rig: Rig, ported: tuple[dict[str, Any], DeviceHttp], client: httpx.AsyncClient
+) -> None:
+    instance, _ = ported
+    await rig.delete(instance)
+    gone = await client.get(f"{HTTP_PORT}/hello")
+    assert (gone.status_code, gone.json()["reason"]) == (410, "gone")
+
+
+async def test_chunked_both_ways(
+    ported: tuple[dict[str, Any], DeviceHttp], client: httpx.AsyncClient
+) -> None:
+    async def body() -> AsyncIterator[bytes]:
+        for i in range(100):
+            yield b"piece %d;" % i
+
+    counted = await client.post(f"{HTTP_PORT}/count", content=body())
+    expected = b"".join(b"piece %d;" % i for i in range(100))
+    assert counted.json()["size"] == len(expected)
+    async with client.stream("GET", f"{HTTP_PORT}/stream", params={"n": 1000}) as streamed:
+        assert streamed.headers.get("transfer-encoding") == "chunked"
+        assert "content-length" not in streamed.headers
+        lines = [line async for line in streamed.aiter_lines()]
+    assert lines == [f"line {i}" for i in range(1000)]
+
+
+async def test_the_callers_connection_is_kept_alive(
+    ported: tuple[dict[str, Any], DeviceHttp],
+) -> None:
+    instance, app = ported
+    parts = urlsplit(instance["status"]["targetHttpPortUrlPrefix"])
+    assert parts.hostname is not None and parts.port is not None
+    request = (
+        f"GET {parts.path}{HTTP_PORT}/hello HTTP/1.1\r\nHost: {parts.netloc}\r\n"
+        f"Authorization: Bearer {instance['status']['token']}\r\n\r\n"
+    ).encode()
+    async with await trio.open_tcp_stream(parts.hostname, parts.port) as stream:
+        received = b""
+        with trio.fail_after(10):
+            for answered in (1, 2, 3):
+                await stream.send_all(request)
+                while received.count(b"hello from the device") < answered:
+                    chunk = await stream.receive_some()
+                    assert chunk, f"the connection was closed after {received!r}"
+                    received += chunk
+    assert received.count(b"HTTP/1.1 200") == 3
+    assert b"connection: close" not in received.lower()
+    assert app.requests == 3
+
+
+async def test_websocket_echo_through_the_prefix(
+    ported: tuple[dict[str, Any], DeviceHttp],
+) -> None:
+    instance, _ = ported
+    ws_prefix = "ws" + instance["status"]["targetHttpPortUrlPrefix"].removeprefix("http")
+    url = f"{ws_prefix}{WS_PORT}/echo?token={instance['status']['token']}"
+    with trio.fail_after(20):
+        async with open_websocket_url(url, subprotocols=["echo.v1", "other"]) as ws:
+            assert ws.subprotocol == "echo.v1"
+            await ws.send_message("hello ✓")
+            assert await ws.get_message() == "hello ✓"
+            big = bytes(range(256)) * 4096  # 1 MiB binary
+            await ws.send_message(big)
+            assert await ws.get_message() == big
+            await ws.send_message("close-me")
+            with pytest.raises(ConnectionClosed) as closed:
+                await ws.get_message()
+            # trio-websocket 0.12 leaves its socket to the GC after a close the server began
+            # (it does so against the device's server directly too): close it here
+            await ws._stream.aclose()
+        assert closed.value.reason is not None
+        assert (closed.value.reason.code, closed.value.reason.reason) == (4001, "asked to")
+
+    status, body = await upgrade_refusal(f"{ws_prefix}9999/")
+    assert status == 401, body
+    status, body = await upgrade_refusal(f"{ws_prefix}9999/", _auth(instance))
+    assert (status, body["reason"]) == (502, "port_closed")
+    with pytest.raises(json.JSONDecodeError):  # not our APIError: the device's own answer
+        await upgrade_refusal(f"{ws_prefix}{HTTP_PORT}/hello", _auth(instance))
+
+
+async def test_the_per_instance_stream_cap_counts_port_streams(
+    ported: tuple[dict[str, Any], DeviceHttp],
+) -> None:
+    instance, _ = ported
+    ws_prefix = "ws" + instance["status"]["targetHttpPortUrlPrefix"].removeprefix("http")
+    url = f"{ws_prefix}{WS_PORT}/?token={instance['status']['token']}"
+    async with trio.open_nursery() as nursery:
+        opened = 0
+        done = trio.Event()
+
+        async def hold() -> None:
+            nonlocal opened
+            async with open_websocket_url(url) as ws:
+                await ws.send_message("x")
+                await ws.get_message()
+                opened += 1
+                await done.wait()
+
+        for _ in range(16):  # ServerConfig.max_streams_per_instance's default
+            nursery.start_soon(hold)
+        with trio.fail_after(30):
+            while opened < 16:  # noqa: ASYNC110
+                await trio.sleep(0.02)
+        status, body = await upgrade_refusal(f"{ws_prefix}{WS_PORT}/", _auth(instance))
+        assert (status, body["reason"]) == (429, "too_many_streams")
+        done.set()
