@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -250,3 +251,50 @@ async def test_the_per_instance_stream_cap_counts_port_streams(
         status, body = await upgrade_refusal(f"{ws_prefix}{WS_PORT}/", _auth(instance))
         assert (status, body["reason"]) == (429, "too_many_streams")
         done.set()
+
+
+async def _raw_device_server(answer: bytes, stream: trio.SocketStream) -> None:
+    """Reads a request head, sends *answer*, closes: a broken or non-HTTP app."""
+    async with stream:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = await stream.receive_some()
+            if not chunk:
+                return
+            data += chunk
+        await stream.send_all(answer)
+
+
+async def test_broken_answers_from_the_device(
+    rig: Rig, nursery: trio.Nursery, ported: tuple[dict[str, Any], DeviceHttp],
+    client: httpx.AsyncClient,
+) -> None:  # fmt: skip
+    instance, _ = ported
+    device = rig.supervisor.device(instance["metadata"]["id"])
+    assert isinstance(device, VirtualDevice)
+    answers = {
+        9001: b"SSH-2.0-not-http\r\n\r\n",
+        9002: b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly ten b",
+        9003: b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n",
+    }
+    for port, answer in answers.items():
+        listeners = await nursery.start(trio.serve_tcp, partial(_raw_device_server, answer), 0)
+        device.map_port(port, listeners[0].socket.getsockname()[1])
+    garbage = await client.get("9001/")
+    assert (garbage.status_code, garbage.json()["reason"]) == (502, "bad_gateway")
+    for cut in ("9002/", "9003/"):  # a body cut off is never passed on as a whole one
+        with pytest.raises(httpx.RemoteProtocolError):
+            await client.get(cut)
+    assert (await client.get(f"{HTTP_PORT}/hello")).status_code == 200
+
+
+async def test_ios_instances_have_device_ports_too(rig: Rig, nursery: trio.Nursery) -> None:
+    instance = await rig.create("ios")
+    device = rig.supervisor.device(instance["metadata"]["id"])
+    assert isinstance(device, VirtualDevice)
+    app = DeviceHttp()
+    device.map_port(8100, await nursery.start(serve_device_http, app))  # WebDriverAgent's port
+    prefix = instance["status"]["targetHttpPortUrlPrefix"]
+    async with httpx.AsyncClient(headers=_auth(instance), timeout=30) as http:
+        hello = await http.get(f"{prefix}8100/hello")
+    assert (hello.status_code, hello.text) == (200, "hello from the device")
