@@ -49,7 +49,7 @@ _MAX_REFUSAL_BODY: Final = 64 * 1024
 _CLOSE_TIMEOUT_S: Final = 2.0
 _GONE: Final = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 _BAD: Final = (RemoteProtocolError, LocalProtocolError)
-_GOING_AWAY: Final = 1011  # the device went away without a close frame
+_GOING_AWAY: Final = 1011  # the device went away without a close frame (1001 the other way)
 
 
 class _DeviceClosed(Exception):
@@ -189,7 +189,7 @@ async def _from_caller(device: _Device, receive: Receive, cancel: trio.CancelSco
             await device.send(BytesMessage(data=bytes(message.get("bytes") or b"")))
     with contextlib.suppress(*_GONE, *_BAD), trio.move_on_after(_CLOSE_TIMEOUT_S):
         if device.ws.state is ConnectionState.OPEN:
-            await device.send(CloseConnection(code=_wire_code(code)))
+            await device.send(CloseConnection(code=_wire_code(code, dropped=1001)))
     cancel.cancel()
 
 
@@ -228,9 +228,12 @@ async def _from_device(
     cancel.cancel()
 
 
-def _wire_code(code: int) -> int:
-    """A code that may go on the wire (1005/1006/1015 are reserved for reporting)."""
-    return 1000 if code in (1005, 1006, 1015) else code
+def _wire_code(code: int, dropped: int = _GOING_AWAY) -> int:
+    """A code that may go on the wire (1005/1006/1015 are reserved for reporting): a peer
+    that dropped the connection (1006) becomes *dropped*, the others a normal close."""
+    if code == 1006:
+        return dropped
+    return 1000 if code in (1005, 1015) else code
 
 
 async def _to_caller(send: Send, parts: list[bytes | str]) -> None:
