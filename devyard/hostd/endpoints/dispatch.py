@@ -16,7 +16,6 @@ from ...core import (
     accept_open,
     read_open,
     reject_open,
-    splice,
 )
 from ...core.adb_splice import adb_splice
 from ..adb import ProtocolError as AdbProtocolError
@@ -24,9 +23,10 @@ from ..adb import serve_adb
 from ..adb.device import AdbDevice
 from ..browser import serve_cdp
 from ..builds import BuildHost, is_build_path, serve_build_api
-from ..drivers import AndroidDevice, DeviceDriver, Platform, PortClosedError
+from ..drivers import AndroidDevice, DeviceDriver, Platform
 from .browser import serve_browser_stream
 from .device_api import serve_device_api
+from .ports import serve_port_stream
 
 log = logging.getLogger(__name__)
 
@@ -118,18 +118,8 @@ async def _serve_kind(stream: MuxStream, request: dict[str, Any], device: Device
         await _serve_adb_kind(stream, device)
     elif kind == "cdp":  # the browser sandbox (hostd/browser)
         await serve_cdp(stream, device, request)
-    elif kind == "http":
-        port = request.get("port")
-        if not isinstance(port, int) or not 0 < port < 65536:
-            await reject_open(stream, "bad-request", f"bad device port {port!r}")
-            return
-        try:
-            target = await device.open_port(port)
-        except PortClosedError:
-            await reject_open(stream, "refused", f"nothing listens on device port {port}")
-            return
-        await accept_open(stream)
-        await splice(stream, target)
+    elif kind == "http":  # targetHttpPortUrlPrefix: bytes to a device TCP port
+        await serve_port_stream(stream, device, request)
     else:
         await reject_open(stream, "bad-request", f"unknown stream kind {kind!r}")
 

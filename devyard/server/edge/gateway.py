@@ -46,6 +46,7 @@ from ...core import (
     receive_message,
     splice,
 )
+from ...core.transports import WS_MAX_MESSAGE
 from .. import metrics, viewing
 from ..hosts import AccessDenied, HostUnavailableError, InstanceAccess, InstanceDirectory
 from .asgi import (
@@ -60,6 +61,7 @@ from .asgi import (
 from .asgi_stream import ASGIWebSocketStream, Receive, Send
 from .cdp import CDP_ENDPOINT, is_discovery, serve_discovery
 from .links import Edge
+from .ports import PORTS, PortProxy
 
 log = logging.getLogger(__name__)
 
@@ -80,10 +82,10 @@ _TOUCH_EVERY_S: Final = 10.0
 RECHECK_VIEW_S: Final = 5.0
 _GONE: Final = (RemoteProtocolError, trio.BrokenResourceError, OSError)
 _CHUNK: Final = 256 * 1024
-_FULL_TOKEN_ONLY: Final = frozenset({"api", "adb", CDP_ENDPOINT})
+_FULL_TOKEN_ONLY: Final = frozenset({"api", "adb", CDP_ENDPOINT, PORTS})
 #: The endpoints whose token may come as ``?token=`` (the stream URLs, spec 2.1; the CDP URL
-#: for tools that take a bare URL, cdp.py).
-_QUERY_TOKEN: Final = frozenset({"watch", "endpoint", CDP_ENDPOINT})
+#: for tools that take a bare URL, cdp.py; a device port, ports.py).
+_QUERY_TOKEN: Final = frozenset({"watch", "endpoint", CDP_ENDPOINT, PORTS})
 _OUTGOING: Final = 4  # messages waiting for the browser (a slow browser slows the host)
 _VIEW_ONLY_ERROR: Final = json.dumps(
     {"type": "error", "message": "this stream is view-only: only frame requests are accepted"}
@@ -135,6 +137,9 @@ class InstanceGateway:
         self._raw_link = raw_link
         self._max_streams = max_streams
         self._open_streams: dict[str, int] = {}
+        self._ports = PortProxy(
+            edge, directory, self._open_streams, max_streams, max_ws_message=WS_MAX_MESSAGE
+        )
 
     def __repr__(self) -> str:
         return f"InstanceGateway({self.edge!r})"
@@ -156,6 +161,8 @@ class InstanceGateway:
             raise _Refused(404, "not_found", f"no such endpoint {full_path}")
         in_query = endpoint in _QUERY_TOKEN
         token = bearer_from(headers, query_string if in_query else None)
+        if endpoint == PORTS:  # ?token= first: then Authorization is the device app's own
+            token = bearer_from((), query_string) or token
         if token is None:
             where = "Authorization: Bearer, or ?token=" if in_query else "Authorization: Bearer"
             raise _Refused(401, "unauthorized", f"an instance token is required ({where})")
@@ -194,6 +201,9 @@ class InstanceGateway:
                     query_token=token if in_query else None,
                 )  # fmt: skip
                 return
+            if endpoint == PORTS:  # targetHttpPortUrlPrefix (ports.py)
+                await self._ports.http(scope, receive, send, access, token)
+                return
             if endpoint == "watch":
                 if scope["method"] not in ("GET", "HEAD"):
                     raise _Refused(405, "method_not_allowed", "the viewer page takes GET")
@@ -231,6 +241,9 @@ class InstanceGateway:
             access, endpoint, rest, token = await self._admit(
                 str(scope["path"]), scope.get("headers", []), bytes(scope.get("query_string", b""))
             )
+            if endpoint == PORTS:  # targetHttpPortUrlPrefix (ports.py)
+                await self._ports.websocket(scope, receive, send, access, token)
+                return
             self._check_room(access)
             if endpoint == "endpoint":
                 stream = await self._open(access, "device-stream")
