@@ -15,8 +15,10 @@ no row names (a crash between a write and the switch, an upload that switched a 
 was being deleted) are orphans; the sweep removes those older than `ORPHAN_GRACE`, which is
 far longer than the moment between a finished write and its row switch.
 
-Expired assets (ttl) are removed by `run_sweeper`: every `SWEEP_INTERVAL` it deletes the rows
-whose ``expires_at`` has passed with their blobs, then the orphaned blobs.
+Expired assets (ttl) are removed by `run_sweeper`: at start and then every `SWEEP_INTERVAL`
+it deletes the rows whose ``expires_at`` has passed with their blobs, then the orphaned blobs,
+then the temporary files of uploads that no longer run (a server killed mid-upload), with the
+same grace (`BlobStore.sweep_temporary`: a live upload's file is never touched).
 
 `resolve_initial_assets` turns an instance's ``spec.initialAssets`` into what a host
 installs: one entry per file, each with a URL the host downloads without a key.
@@ -100,6 +102,7 @@ class AssetBlobs:
         max_size: int = MAX_ASSET_BYTES,
         url_ttl: int = URL_TTL,
         orphan_grace: float = ORPHAN_GRACE,
+        sweep_interval: float = SWEEP_INTERVAL,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
@@ -108,6 +111,7 @@ class AssetBlobs:
         self.max_size = max_size
         self.url_ttl = url_ttl
         self.orphan_grace = orphan_grace
+        self.sweep_interval = sweep_interval
         self.wall_clock = wall_clock
         self._sweeper: trio.CancelScope | None = None
 
@@ -277,22 +281,33 @@ class AssetBlobs:
             log.info("removed %d orphaned blob(s)", removed)
         return removed
 
+    async def sweep_temporary(self) -> int:
+        """Delete the temporary files of uploads that no longer run, untouched for
+        ``orphan_grace``; how many."""
+        removed = await self.blobs.sweep_temporary(older_than=self.wall_clock() - self.orphan_grace)
+        if removed:
+            log.info("removed %d temporary file(s) of interrupted uploads", removed)
+        return removed
+
     async def run_sweeper(
         self,
         *,
-        interval: float = SWEEP_INTERVAL,
+        interval: float | None = None,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Sweep every *interval* seconds until `stop_sweeper` or cancellation."""
+        """Sweep now, then every *interval* seconds (default ``sweep_interval``) until
+        `stop_sweeper` or cancellation."""
+        every = self.sweep_interval if interval is None else interval
         with trio.CancelScope() as self._sweeper:
             task_status.started()
             while True:
                 try:
+                    await self.sweep_temporary()
                     await self.sweep_once()
                     await self.sweep_orphans()
                 except (store_errors.StoreUnavailable, BlobNotFound, BlobStoreError) as exc:
                     log.warning("sweeping assets failed, retrying later: %r", exc)
-                await trio.sleep(interval)
+                await trio.sleep(every)
 
     def stop_sweeper(self) -> None:
         if self._sweeper is not None:
