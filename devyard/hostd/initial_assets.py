@@ -122,8 +122,14 @@ class ReportsForeground(Protocol):
     def foreground_app(self) -> str | None: ...
 
 
-def forced_app(assets: Sequence[dict[str, Any]]) -> str | None:
-    """The ``forceBundleId`` of the order's initial apps, if one asks for it."""
+def forced_app(
+    assets: Sequence[dict[str, Any]], spec: dict[str, Any] | None = None
+) -> str | None:
+    """The app to keep in the foreground: the spec's ``forceBundleId`` (spec 2.1, iOS), else
+    the first initial app entry's (the ``initialAssets`` form), else None."""
+    bundle = (spec or {}).get("forceBundleId")
+    if isinstance(bundle, str) and bundle:
+        return bundle
     for entry in assets:
         bundle = entry.get("forceBundleId")
         if isinstance(bundle, str) and bundle:

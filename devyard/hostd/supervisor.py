@@ -24,6 +24,7 @@ import logging
 import shutil
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any, Final
 
@@ -157,7 +158,12 @@ class Supervisor:
         self._instances[instance_id] = instance
         assets = list(order.get("initial_assets") or [])
         tunnel = order.get("tunnel") if isinstance(order.get("tunnel"), dict) else None
-        self._nursery.start_soon(self._run, instance, spec, opener, assets, tunnel)
+        forced = forced_app(
+            assets, order.get("spec") if isinstance(order.get("spec"), dict) else None
+        )
+        self._nursery.start_soon(
+            partial(self._run, instance, spec, opener, assets, tunnel, forced=forced)
+        )
 
     def stop(self, instance_id: str) -> None:
         instance = self._instances.get(instance_id)
@@ -257,6 +263,8 @@ class Supervisor:
         opener: DriverOpener,
         assets: list[dict[str, Any]],
         tunnel: dict[str, Any] | None,
+        *,
+        forced: str | None = None,
     ) -> None:
         error: str | None = None
         try:
@@ -274,7 +282,6 @@ class Supervisor:
                     await install_initial_assets(
                         device, assets, workdir, policy=self.net_policy, trusted=self._asset_origins
                     )
-                    forced = forced_app(assets)
                     if forced is not None:
                         tasks.start_soon(keep_in_foreground, device, forced)
                     instance.device = device

@@ -53,7 +53,13 @@ from ..store.base import Instance, InstanceState, Organization, Platform, Store,
 from .durations import parse_duration
 from .lifecycle import IllegalTransition, LifecycleEvent, expected_for, next_state
 from .placement import NoCapacity, RegionInfo, place, preferred_region
-from .requests import NewInstance, normalise_spec, os_version, placement_request
+from .requests import (
+    NewInstance,
+    check_platform_fields,
+    normalise_spec,
+    os_version,
+    placement_request,
+)
 
 log = logging.getLogger(__name__)
 
@@ -151,6 +157,7 @@ class InstanceService:
     ) -> Instance:
         if organization.deleting:  # a deletion is under way; the store checks it again, atomically
             raise store_errors.OrganizationDeleting(organization.id)
+        check_platform_fields(new.platform, new.spec)
         spec = normalise_spec(new.spec, organization)
         tunnel = await self._tunnel_for(organization.id, new.platform, spec.get("tunnel"))
         request = placement_request(new)

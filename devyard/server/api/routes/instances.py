@@ -23,6 +23,7 @@ from ...instances import (
     UnknownPlacement,
 )
 from ...instances.placement import ModelNotAllowed, check_model
+from ...instances.requests import FieldNotAllowed
 from ...store import errors as store_errors
 from ...store.base import Instance, InstanceState, Platform, Role
 from .._errors import (
@@ -202,6 +203,8 @@ async def create_instance() -> Response:
         raise Unprocessable(str(exc), reason="unknown_region") from exc
     except ModelNotAllowed as exc:
         raise Unprocessable(str(exc), reason="model_not_allowed") from exc
+    except FieldNotAllowed as exc:
+        raise Unprocessable(str(exc), reason="field_not_allowed") from exc
     except TunnelRejected as exc:
         raise from_tunnel_rejected(exc) from exc
     except NoCapacity as exc:
