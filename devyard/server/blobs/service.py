@@ -192,43 +192,65 @@ class AssetBlobs:
             )
         resolved: list[dict[str, Any]] = []
         for index, entry in enumerate(entries):
-            source = str(entry["source"])
-            field = _SOURCE_FIELDS[source]
-            value = entry.get(field)
-            if not value:
-                raise InitialAssetError(
-                    InitialAssetProblem.MISSING_FIELD,
-                    f"spec.initialAssets[{index}].{field} is required for {source}",
-                )
-            values = list(value) if isinstance(value, list) else [value]
             common = {
                 "kind": entry["kind"],
                 "launchMode": entry.get("launchMode"),
                 "forceBundleId": entry.get("forceBundleId"),
             }
-            for item in values:
-                if source in ("URL", "URLs"):
-                    resolved.append({**common, "name": str(item), "url": str(item), "md5": None})
-                    continue
-                asset = await (
-                    self._asset_for(org_id, asset_id=str(item))
-                    if source == "AssetIDs"
-                    else self._asset_for(org_id, name=str(item))
+            sources = entry.get("sources")
+            if sources is None:
+                files = await self._files(org_id, platform, entry, f"[{index}]", base_url)
+                resolved.extend({**common, **item} for item in files)
+                continue
+            if platform != "android":  # split APKs are Android's
+                raise InitialAssetError(
+                    InitialAssetProblem.WRONG_PLATFORM,
+                    f"spec.initialAssets[{index}].sources (split APKs) is for android"
+                    f" instances, not {platform}",
                 )
-                if asset.md5 is None:
-                    raise InitialAssetError(
-                        InitialAssetProblem.NO_BYTES,
-                        f"spec.initialAssets: asset {asset.name!r} has no bytes yet",
-                    )
-                if asset.os is not None and asset.os != platform:
-                    raise InitialAssetError(
-                        InitialAssetProblem.WRONG_PLATFORM,
-                        f"spec.initialAssets: asset {asset.name!r} is for {asset.os},"
-                        f" not {platform}",
-                    )
-                url = self.signed_url(base_url, Operation.DOWNLOAD, asset.id)
-                resolved.append({**common, "name": asset.name, "url": url, "md5": asset.md5})
+            parts: list[dict[str, Any]] = []
+            for number, part in enumerate(sources):
+                where = f"[{index}].sources[{number}]"
+                parts.extend(await self._files(org_id, platform, part, where, base_url))
+            # ONE app from all its files: the host installs them together (install-multiple)
+            resolved.append({**common, "name": parts[0]["name"], "parts": parts})
         return tuple(resolved)
+
+    async def _files(
+        self, org_id: str, platform: str, entry: Mapping[str, Any], where: str, base_url: str
+    ) -> list[dict[str, Any]]:
+        """The files one source names: ``{name, url, md5}`` each, in order."""
+        source = str(entry["source"])
+        field = _SOURCE_FIELDS[source]
+        value = entry.get(field)
+        if not value:
+            raise InitialAssetError(
+                InitialAssetProblem.MISSING_FIELD,
+                f"spec.initialAssets{where}.{field} is required for {source}",
+            )
+        files: list[dict[str, Any]] = []
+        for item in list(value) if isinstance(value, list) else [value]:
+            if source in ("URL", "URLs"):
+                files.append({"name": str(item), "url": str(item), "md5": None})
+                continue
+            asset = await (
+                self._asset_for(org_id, asset_id=str(item))
+                if source == "AssetIDs"
+                else self._asset_for(org_id, name=str(item))
+            )
+            if asset.md5 is None:
+                raise InitialAssetError(
+                    InitialAssetProblem.NO_BYTES,
+                    f"spec.initialAssets: asset {asset.name!r} has no bytes yet",
+                )
+            if asset.os is not None and asset.os != platform:
+                raise InitialAssetError(
+                    InitialAssetProblem.WRONG_PLATFORM,
+                    f"spec.initialAssets: asset {asset.name!r} is for {asset.os}, not {platform}",
+                )
+            url = self.signed_url(base_url, Operation.DOWNLOAD, asset.id)
+            files.append({"name": asset.name, "url": url, "md5": asset.md5})
+        return files
 
     async def _asset_for(
         self, org_id: str, *, name: str | None = None, asset_id: str | None = None
