@@ -8,6 +8,14 @@ installed in order; ``launchMode: ForegroundIfRunning`` brings the app to the fo
 installed. Any failure is an `InitialAssetError` (a `DeviceError`), so the instance ends with
 that message instead of becoming ready without its apps.
 
+An entry with ``parts`` (``sources`` in the spec: an Android app split into several APKs)
+installs ONE app from all its files, as ``pm install-multiple`` does: every part is
+downloaded and checked, then the set is validated (`packages.read_splits`: one base, one
+package, one versionCode, no split twice) and installed through the driver's
+`InstallsSplits` when it has one; the virtual device (whose package manager is hostd's)
+installs the validated set as its base APK's app. A driver of a real device without
+`InstallsSplits` refuses the entry rather than install a base without its splits.
+
 A URL is the user's: the host fetches it only where its `NetPolicy` allows (public addresses
 by default, checked on the resolved address at connect time and again for every redirect; the
 devyard server's own origin, which signs asset URLs, is trusted), within `AssetLimits` (size,
@@ -29,12 +37,14 @@ from typing import Any, Final, Protocol, runtime_checkable
 
 import trio
 
-from .drivers import DeviceDriver, DeviceError
+from .drivers import AppInfo, DeviceDriver, DeviceError, InstallError, ShellDevice
+from .drivers._shared.packages import read_splits
 from .fetch import FetchError, FetchLimits, fetch, origin_of
 from .netpolicy import NetPolicy
 
 __all__ = [
     "InitialAssetError",
+    "InstallsSplits",
     "forced_app",
     "install_initial_assets",
     "keep_in_foreground",
@@ -108,15 +118,45 @@ async def install_initial_assets(
     origins = frozenset(o[1:] for o in map(origin_of, trusted) if o is not None)
     await trio.to_thread.run_sync(lambda: workdir.mkdir(mode=0o700, parents=True, exist_ok=True))
     for index, entry in enumerate(entries):
-        path = workdir / _file_name(index, entry)
-        await _download(entry, path, policy, origins, limits, tls=tls)
+        parts = entry.get("parts")
         try:
-            app = await device.install(path)
+            if isinstance(parts, list) and parts:
+                paths: list[Path] = []
+                for number, part in enumerate(parts):
+                    path = workdir / _file_name(index, {"name": f"{number}-{part.get('name')}"})
+                    await _download(part, path, policy, origins, limits, tls=tls)
+                    paths.append(path)
+                app_id = await _install_splits(device, paths)
+            else:
+                path = workdir / _file_name(index, entry)
+                await _download(entry, path, policy, origins, limits, tls=tls)
+                app_id = (await device.install(path)).app_id
+        except InitialAssetError:
+            raise
         except DeviceError as exc:
             raise InitialAssetError(f"installing {entry.get('name')!r}: {exc}") from exc
-        log.info("installed initial app %s (%s)", app.app_id, entry.get("name"))
+        log.info("installed initial app %s (%s)", app_id, entry.get("name"))
         if entry.get("launchMode") == "ForegroundIfRunning":
-            await device.launch(app.app_id)
+            await device.launch(app_id)
+
+
+@runtime_checkable
+class InstallsSplits(Protocol):
+    """A driver that installs one app from several APKs itself (``adb install-multiple``)."""
+
+    async def install_splits(self, paths: Sequence[Path]) -> AppInfo: ...
+
+
+async def _install_splits(device: DeviceDriver, paths: list[Path]) -> str:
+    """One app from its split APKs (the module docstring); its id."""
+    split_set = await trio.to_thread.run_sync(read_splits, paths)
+    if isinstance(device, InstallsSplits):
+        return (await device.install_splits(paths)).app_id
+    if isinstance(device, ShellDevice):
+        raise InstallError(f"{device} cannot install split APKs (install-multiple) yet")
+    app = await device.install(split_set.base)
+    log.info("installed %s from a base and %d split(s)", app.app_id, len(split_set.splits))
+    return app.app_id
 
 
 @runtime_checkable
@@ -126,8 +166,12 @@ class ReportsForeground(Protocol):
     def foreground_app(self) -> str | None: ...
 
 
-def forced_app(assets: Sequence[dict[str, Any]]) -> str | None:
-    """The ``forceBundleId`` of the order's initial apps, if one asks for it."""
+def forced_app(assets: Sequence[dict[str, Any]], spec: dict[str, Any] | None = None) -> str | None:
+    """The app to keep in the foreground: the spec's ``forceBundleId`` (spec 2.1, iOS), else
+    the first initial app entry's (the ``initialAssets`` form), else None."""
+    bundle = (spec or {}).get("forceBundleId")
+    if isinstance(bundle, str) and bundle:
+        return bundle
     for entry in assets:
         bundle = entry.get("forceBundleId")
         if isinstance(bundle, str) and bundle:

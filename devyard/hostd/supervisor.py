@@ -177,7 +177,14 @@ class Supervisor:
             del self._instances[instance_id]
             self._emit(instance_id, "terminated", browser)
             return
-        self._nursery.start_soon(self._run, instance, spec, opener, assets, tunnel, browser)
+        forced = forced_app(
+            assets, order.get("spec") if isinstance(order.get("spec"), dict) else None
+        )
+        self._nursery.start_soon(
+            partial(
+                self._run, instance, spec, opener, assets, tunnel, browser=browser, forced=forced
+            )
+        )
 
     def _browser(self, order: dict[str, Any]) -> BrowserConfig | str | None:
         """The order's browser sandbox (hostd/browser), None, or why the order is bad."""
@@ -310,14 +317,16 @@ class Supervisor:
 
     # ---- one instance ---------------------------------------------------------------------
 
-    async def _run(  # noqa: PLR0917 - the parts of one order
+    async def _run(
         self,
         instance: _Instance,
         spec: DeviceSpec,
         opener: DriverOpener,
         assets: list[dict[str, Any]],
         tunnel: dict[str, Any] | None,
+        *,
         browser: BrowserConfig | None = None,
+        forced: str | None = None,
     ) -> None:
         error: str | None = None
         try:
@@ -348,7 +357,6 @@ class Supervisor:
                         dial = direct.dial if proxy is None else proxy.dial
                         where = spec.sandbox_dir
                         await tasks.start(run_browser_sandbox, device, where, browser, dial)
-                    forced = forced_app(assets)
                     if forced is not None:
                         tasks.start_soon(keep_in_foreground, device, forced)
                     instance.device = device

@@ -35,6 +35,11 @@ Keys (file key / environment variable):
                                                     default 16
     secret_scanning_keys_url                        public keys of leaked-token reports
                         DEVYARD_SECRET_SCANNING_KEYS_URL  (POST /github_revoke, docs/security.md)
+    blob_sweep_interval DEVYARD_BLOB_SWEEP_INTERVAL seconds between sweeps of expired assets,
+                                                    orphaned blobs and interrupted uploads' files
+                                                    (also one at start); default 60
+    blob_orphan_grace   DEVYARD_BLOB_ORPHAN_GRACE   seconds an unnamed blob or an unmodified
+                                                    upload file is left alone; default 3600
     [billing]           DEVYARD_BILLING_PLANS (JSON)  docs/billing.md
     plans               the plan catalog: a list of tables (tid, name, rank, monthly_fee,
                         included_minutes, tiers, credits, concurrency, weights, price_id)
@@ -160,6 +165,9 @@ class ServerConfig:
     max_streams_per_instance: int = attrs.field(default=16, validator=attrs.validators.ge(1))
     # where POST /github_revoke gets the public keys its reports are signed with
     secret_scanning_keys_url: str = "https://api.github.com/meta/public_keys/secret_scanning"  # noqa: S105
+    # the asset sweep (blobs/service.py): how often, and how long what no row names is kept
+    blob_sweep_interval: float = attrs.field(default=60.0, validator=attrs.validators.gt(0))
+    blob_orphan_grace: float = attrs.field(default=3600.0, validator=attrs.validators.ge(0))
 
     @property
     def tls_enabled(self) -> bool:
@@ -378,6 +386,8 @@ _PARSERS: Final[dict[str, Callable[[object], Any]]] = {
     "max_connectors_per_tunnel": _positive_int,
     "max_streams_per_instance": _positive_int,
     "secret_scanning_keys_url": _parse_public_url,
+    "blob_sweep_interval": _positive_float,
+    "blob_orphan_grace": _non_negative_float,
     "billing.plans": lambda value: _list(value, "a list of plan tables"),
     "billing.default_plan": _str,
     "rate_limit.enabled": _bool,

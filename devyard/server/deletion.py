@@ -1,11 +1,14 @@
 """Deleting an organization (issue 14 finding 4): nothing of it keeps running or keeps working.
 
 Theory of operation. The organization row is marked ``deleting`` first; from then on the
-instances service refuses its creates (404: the organization is gone). Then, each step
-idempotent, in this order:
+store refuses every create in it (instances, tunnels, assets, API keys, scoped tokens: 409
+``organization_deleting``), checked inside the create's own transaction (`store.org_guard`),
+so a create that read the organization before the mark either committed before it (and the
+sweeps below see its row) or is refused. Then, each step idempotent, in this order:
 
 1. every live instance of it ends (UserRequested, "the organization was deleted"): the row
-   first, then its host is told, so the host stops the device and frees the capacity;
+   first, then its host is told, so the host stops the device and frees the capacity; the
+   sweep repeats until a pass finds no live instance;
 2. every tunnel of it is deleted (the tunnel tokens stop working) and every connector of the
    organization gets the permanent ``tunnel-deleted`` refusal and is closed;
 3. every asset's bytes, then its row, go (`AssetBlobs.delete`: a blob-store failure keeps the

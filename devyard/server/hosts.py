@@ -183,6 +183,8 @@ class InstanceAccess:
     # a view token (docs/security.md, "The stream-token model"): stream-only, and of the
     # browser's messages only those asking for frames reach the host
     view_only: bool = False
+    # a scoped token with ``device:<id>:install``: the install operation only (POST api/apps)
+    install_only: bool = False
 
 
 class AccessReason(enum.Enum):

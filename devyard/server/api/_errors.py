@@ -204,6 +204,8 @@ def from_store_error(exc: store_errors.StoreError) -> APIError:
         return NotFound(str(exc))
     if isinstance(exc, store_errors.Conflict):
         return Conflict(str(exc))
+    if isinstance(exc, store_errors.OrganizationDeleting):
+        return Conflict(str(exc), reason="organization_deleting")
     if isinstance(exc, store_errors.InvalidValue):
         return Unprocessable(str(exc))
     if isinstance(exc, store_errors.StoreUnavailable):

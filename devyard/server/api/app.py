@@ -80,7 +80,13 @@ def _limiter(config: ServerConfig, clock: Callable[[], float]) -> KeyedRateLimit
 def local_asset_blobs(store: Store, config: ServerConfig) -> AssetBlobs:
     """The default: blobs in ``<data_dir>/blobs``, the signing key in the data dir."""
     signer = UrlSigner(load_signing_key(config.data_dir))
-    return AssetBlobs(store, LocalBlobStore(config.data_dir / "blobs"), signer)
+    return AssetBlobs(
+        store,
+        LocalBlobStore(config.data_dir / "blobs"),
+        signer,
+        orphan_grace=config.blob_orphan_grace,
+        sweep_interval=config.blob_sweep_interval,
+    )
 
 
 def api_state(

@@ -86,3 +86,7 @@ class BlobStore(Protocol):
 
     async def list_blobs(self) -> list[StoredBlob]:
         """Every stored blob (not writes in progress), in no particular order."""
+
+    async def sweep_temporary(self, *, older_than: float) -> int:
+        """Remove what writes that no longer run left behind (a process killed mid-write),
+        never a live write's, none modified since *older_than* (epoch seconds); how many."""

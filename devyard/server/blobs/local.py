@@ -9,6 +9,12 @@ exists under the key. A failed or cancelled write removes its temporary file (sh
 any previous blob under another key is untouched: an interrupted upload never damages the
 bytes an asset already has.
 
+A process killed mid-write (``kill -9``, a power cut) cannot remove its temporary file;
+`sweep_temporary` does, later: it removes the files of ``.tmp`` that no write of this process
+holds open and that nobody modified for the caller's grace (a write of another process on the
+same directory touches its file at least every `WRITE_BUFFER` bytes, and the grace is an hour by
+default). So a live upload is never touched, however slow its client.
+
 Errors of the file system are translated once, here: ``ENOSPC``/``EDQUOT`` are
 `BlobStoreFull`, any other ``OSError`` (a directory made read-only, ``EIO``) is
 `BlobStoreUnavailable`; a missing key on read is `BlobNotFound`.
@@ -77,6 +83,7 @@ class LocalBlobStore:
     def __init__(self, root: Path) -> None:
         self.root = root
         self._tmp = root / ".tmp"
+        self._writing: set[str] = set()  # names in ``.tmp`` of this process's writes
 
     def __repr__(self) -> str:
         return f"LocalBlobStore({str(self.root)!r})"
@@ -96,7 +103,12 @@ class LocalBlobStore:
         with _translated():
             await trio.to_thread.run_sync(self._prepare)
             temp = self._tmp / f"{key}.{secrets.token_hex(8)}"
-            file: IO[bytes] = await self._open(temp)
+            self._writing.add(temp.name)
+            try:
+                file: IO[bytes] = await self._open(temp)
+            except BaseException:
+                self._writing.discard(temp.name)
+                raise
         digest = hashlib.md5(usedforsecurity=False)
         size = 0
         done = False
@@ -131,6 +143,7 @@ class LocalBlobStore:
                 await trio.to_thread.run_sync(commit)
             done = True
         finally:
+            self._writing.discard(temp.name)
             if not done:
                 with trio.CancelScope(shield=True):
                     await trio.to_thread.run_sync(_discard, file, temp)
@@ -181,6 +194,35 @@ class LocalBlobStore:
 
         with _translated():
             return await trio.to_thread.run_sync(scan)
+
+    async def sweep_temporary(self, *, older_than: float) -> int:
+        """Remove the temporary files of writes that no longer run: not written by this
+        process now, and not modified since *older_than* (seconds since the epoch); how
+        many."""
+        writing = frozenset(self._writing)
+
+        def sweep() -> int:
+            removed = 0
+            try:
+                entries = list(os.scandir(self._tmp))
+            except FileNotFoundError:
+                return removed
+            for entry in entries:
+                if entry.name in writing:
+                    continue
+                try:
+                    if not entry.is_file(follow_symlinks=False):
+                        continue
+                    if entry.stat(follow_symlinks=False).st_mtime >= older_than:
+                        continue  # perhaps another process's write under way
+                    os.unlink(entry.path)
+                except FileNotFoundError:
+                    continue  # gone meanwhile
+                removed += 1
+            return removed
+
+        with _translated():
+            return await trio.to_thread.run_sync(sweep)
 
 
 def _discard(file: IO[bytes], temp: Path) -> None:

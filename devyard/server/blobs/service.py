@@ -15,8 +15,10 @@ no row names (a crash between a write and the switch, an upload that switched a 
 was being deleted) are orphans; the sweep removes those older than `ORPHAN_GRACE`, which is
 far longer than the moment between a finished write and its row switch.
 
-Expired assets (ttl) are removed by `run_sweeper`: every `SWEEP_INTERVAL` it deletes the rows
-whose ``expires_at`` has passed with their blobs, then the orphaned blobs.
+Expired assets (ttl) are removed by `run_sweeper`: at start and then every `SWEEP_INTERVAL`
+it deletes the rows whose ``expires_at`` has passed with their blobs, then the orphaned blobs,
+then the temporary files of uploads that no longer run (a server killed mid-upload), with the
+same grace (`BlobStore.sweep_temporary`: a live upload's file is never touched).
 
 `resolve_initial_assets` turns an instance's ``spec.initialAssets`` into what a host
 installs: one entry per file, each with a URL the host downloads without a key.
@@ -100,6 +102,7 @@ class AssetBlobs:
         max_size: int = MAX_ASSET_BYTES,
         url_ttl: int = URL_TTL,
         orphan_grace: float = ORPHAN_GRACE,
+        sweep_interval: float = SWEEP_INTERVAL,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
@@ -108,6 +111,7 @@ class AssetBlobs:
         self.max_size = max_size
         self.url_ttl = url_ttl
         self.orphan_grace = orphan_grace
+        self.sweep_interval = sweep_interval
         self.wall_clock = wall_clock
         self._sweeper: trio.CancelScope | None = None
 
@@ -190,43 +194,65 @@ class AssetBlobs:
         for index, entry in enumerate(entries):
             if entry.get("kind") == "Configuration":
                 continue  # a Chrome flag for the browser sandbox: the host reads it from the spec
-            source = str(entry["source"])
-            field = _SOURCE_FIELDS[source]
-            value = entry.get(field)
-            if not value:
-                raise InitialAssetError(
-                    InitialAssetProblem.MISSING_FIELD,
-                    f"spec.initialAssets[{index}].{field} is required for {source}",
-                )
-            values = list(value) if isinstance(value, list) else [value]
             common = {
                 "kind": entry["kind"],
                 "launchMode": entry.get("launchMode"),
                 "forceBundleId": entry.get("forceBundleId"),
             }
-            for item in values:
-                if source in ("URL", "URLs"):
-                    resolved.append({**common, "name": str(item), "url": str(item), "md5": None})
-                    continue
-                asset = await (
-                    self._asset_for(org_id, asset_id=str(item))
-                    if source == "AssetIDs"
-                    else self._asset_for(org_id, name=str(item))
+            sources = entry.get("sources")
+            if sources is None:
+                files = await self._files(org_id, platform, entry, f"[{index}]", base_url)
+                resolved.extend({**common, **item} for item in files)
+                continue
+            if platform != "android":  # split APKs are Android's
+                raise InitialAssetError(
+                    InitialAssetProblem.WRONG_PLATFORM,
+                    f"spec.initialAssets[{index}].sources (split APKs) is for android"
+                    f" instances, not {platform}",
                 )
-                if asset.md5 is None:
-                    raise InitialAssetError(
-                        InitialAssetProblem.NO_BYTES,
-                        f"spec.initialAssets: asset {asset.name!r} has no bytes yet",
-                    )
-                if asset.os is not None and asset.os != platform:
-                    raise InitialAssetError(
-                        InitialAssetProblem.WRONG_PLATFORM,
-                        f"spec.initialAssets: asset {asset.name!r} is for {asset.os},"
-                        f" not {platform}",
-                    )
-                url = self.signed_url(base_url, Operation.DOWNLOAD, asset.id)
-                resolved.append({**common, "name": asset.name, "url": url, "md5": asset.md5})
+            parts: list[dict[str, Any]] = []
+            for number, part in enumerate(sources):
+                where = f"[{index}].sources[{number}]"
+                parts.extend(await self._files(org_id, platform, part, where, base_url))
+            # ONE app from all its files: the host installs them together (install-multiple)
+            resolved.append({**common, "name": parts[0]["name"], "parts": parts})
         return tuple(resolved)
+
+    async def _files(
+        self, org_id: str, platform: str, entry: Mapping[str, Any], where: str, base_url: str
+    ) -> list[dict[str, Any]]:
+        """The files one source names: ``{name, url, md5}`` each, in order."""
+        source = str(entry["source"])
+        field = _SOURCE_FIELDS[source]
+        value = entry.get(field)
+        if not value:
+            raise InitialAssetError(
+                InitialAssetProblem.MISSING_FIELD,
+                f"spec.initialAssets{where}.{field} is required for {source}",
+            )
+        files: list[dict[str, Any]] = []
+        for item in list(value) if isinstance(value, list) else [value]:
+            if source in ("URL", "URLs"):
+                files.append({"name": str(item), "url": str(item), "md5": None})
+                continue
+            asset = await (
+                self._asset_for(org_id, asset_id=str(item))
+                if source == "AssetIDs"
+                else self._asset_for(org_id, name=str(item))
+            )
+            if asset.md5 is None:
+                raise InitialAssetError(
+                    InitialAssetProblem.NO_BYTES,
+                    f"spec.initialAssets: asset {asset.name!r} has no bytes yet",
+                )
+            if asset.os is not None and asset.os != platform:
+                raise InitialAssetError(
+                    InitialAssetProblem.WRONG_PLATFORM,
+                    f"spec.initialAssets: asset {asset.name!r} is for {asset.os}, not {platform}",
+                )
+            url = self.signed_url(base_url, Operation.DOWNLOAD, asset.id)
+            files.append({"name": asset.name, "url": url, "md5": asset.md5})
+        return files
 
     async def _asset_for(
         self, org_id: str, *, name: str | None = None, asset_id: str | None = None
@@ -279,22 +305,33 @@ class AssetBlobs:
             log.info("removed %d orphaned blob(s)", removed)
         return removed
 
+    async def sweep_temporary(self) -> int:
+        """Delete the temporary files of uploads that no longer run, untouched for
+        ``orphan_grace``; how many."""
+        removed = await self.blobs.sweep_temporary(older_than=self.wall_clock() - self.orphan_grace)
+        if removed:
+            log.info("removed %d temporary file(s) of interrupted uploads", removed)
+        return removed
+
     async def run_sweeper(
         self,
         *,
-        interval: float = SWEEP_INTERVAL,
+        interval: float | None = None,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
     ) -> None:
-        """Sweep every *interval* seconds until `stop_sweeper` or cancellation."""
+        """Sweep now, then every *interval* seconds (default ``sweep_interval``) until
+        `stop_sweeper` or cancellation."""
+        every = self.sweep_interval if interval is None else interval
         with trio.CancelScope() as self._sweeper:
             task_status.started()
             while True:
                 try:
+                    await self.sweep_temporary()
                     await self.sweep_once()
                     await self.sweep_orphans()
                 except (store_errors.StoreUnavailable, BlobNotFound, BlobStoreError) as exc:
                     log.warning("sweeping assets failed, retrying later: %r", exc)
-                await trio.sleep(interval)
+                await trio.sleep(every)
 
     def stop_sweeper(self) -> None:
         if self._sweeper is not None:

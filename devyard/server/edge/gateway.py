@@ -19,10 +19,12 @@ instance token never rides in a URL that proxies and logs keep.
 checks, then the ADB bytes on the bare socket, without WebSocket masking and framing. The
 WebSocket's 101 names that port in ``x-devyard-raw-link`` so `devyard adb forward` can use it.
 
-The stream token opens only ``watch`` and ``endpoint``; a view token (docs/security.md, "The
-stream-token model") opens the same two, and of its browser's messages only those that ask for
-frames (`viewing.view_message_allowed`) reach the host: the rest are answered with an error
-message and dropped. Traffic counts as activity: each HTTP
+A scoped token holding ``device:<id>:install`` (or ``device:*:install``) of the instance's
+organization opens ``POST api/apps``, the install, and nothing else (403
+``insufficient_scope``). The stream token opens only ``watch`` and ``endpoint``; a view token
+(docs/security.md, "The stream-token model") opens the same two, and of its browser's
+messages only those that ask for frames (`viewing.view_message_allowed`) reach the host: the
+rest are answered with an error message and dropped. Traffic counts as activity: each HTTP
 request, and every ``_TOUCH_EVERY_S`` while a WebSocket is open.
 """
 
@@ -86,6 +88,9 @@ _FULL_TOKEN_ONLY: Final = frozenset({"api", "adb", CDP_ENDPOINT, PORTS})
 #: The endpoints whose token may come as ``?token=`` (the stream URLs, spec 2.1; the CDP URL
 #: for tools that take a bare URL, cdp.py; a device port, ports.py).
 _QUERY_TOKEN: Final = frozenset({"watch", "endpoint", CDP_ENDPOINT, PORTS})
+#: What a scoped token with ``device:<id>:install`` opens: ``POST api/apps`` (the install).
+_INSTALL_PATH: Final = "apps"
+_INSTALL_ONLY: Final = "a scoped token with device:<id>:install opens only POST {apiUrl}/apps"
 _OUTGOING: Final = 4  # messages waiting for the browser (a slow browser slows the host)
 _VIEW_ONLY_ERROR: Final = json.dumps(
     {"type": "error", "message": "this stream is view-only: only frame requests are accepted"}
@@ -173,6 +178,8 @@ class InstanceGateway:
             raise _Refused(status, reason, exc.message) from None
         if access.stream_only and endpoint in _FULL_TOKEN_ONLY:
             raise _Refused(403, "forbidden", f"the stream token does not open {endpoint}")
+        if access.install_only and (endpoint, rest) != ("api", _INSTALL_PATH):
+            raise _Refused(403, "insufficient_scope", _INSTALL_ONLY)
         self.directory.touch(access.instance_id)
         return access, endpoint, rest, token
 
@@ -211,6 +218,8 @@ class InstanceGateway:
                 return
             if endpoint != "api":
                 raise _Refused(404, "not_found", f"no such endpoint {scope['path']}")
+            if access.install_only and scope["method"] != "POST":
+                raise _Refused(403, "insufficient_scope", _INSTALL_ONLY)
             stream = await self._open(
                 access,
                 "api",

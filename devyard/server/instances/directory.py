@@ -1,22 +1,29 @@
 """`StoreInstanceDirectory`: what the edge asks about instances, answered from the store.
 
 The edge's per-instance gateway and its egress streams need three things: may this token
-reach this instance (`authorize`), where does this host's egress for an instance go
-(`route`), and "client traffic reached it" (`touch`). The first two are store reads plus the
-token rules; the third is written to the `Activity` the instances service reads its
-inactivity timeouts from. Nothing here holds the instances service.
+reach this instance (`authorize`: the instance token, the stream token, a view token, or a
+scoped token holding ``device:<id>:install`` or ``device:*:install``, which opens only the
+install operation, ``POST {apiUrl}/apps``: `InstanceAccess.install_only`), where does this
+host's egress for an instance go (`route`), and "client traffic reached it" (`touch`). The
+first two are store reads plus the token rules; the third is written to the `Activity` the
+instances service reads its inactivity timeouts from. Nothing here holds the instances service.
 """
 
 from __future__ import annotations
 
 import hmac
+from typing import Final
 
 from .. import viewing
 from ..hosts import AccessDenied, AccessReason, Activity, InstanceAccess, InstanceRoute
 from ..store import errors as store_errors
-from ..store.base import Instance, InstanceState, Store
+from ..store import tokens
+from ..store.base import Instance, InstanceState, Role, Store
 
 __all__ = ["StoreInstanceDirectory"]
+
+_ANY_INSTALL: Final = "device:*:install"
+_DEVICE_ROLES: Final = frozenset({Role.ADMIN, Role.MEMBER})  # scopes.MINT_ROLE of device scopes
 
 
 class StoreInstanceDirectory:
@@ -45,7 +52,8 @@ class StoreInstanceDirectory:
         full = _same(token, instance.token)
         stream = _same(token, instance.stream_token)
         view = not (full or stream) and await self._viewer(instance, token)
-        if not (full or stream or view):
+        install = not (full or stream or view) and await self._installer(instance, token)
+        if not (full or stream or view or install):
             raise AccessDenied(
                 AccessReason.WRONG_TOKEN, f"the token does not open instance {instance_id}"
             )
@@ -58,9 +66,33 @@ class StoreInstanceDirectory:
             instance_id=instance.id,
             host_id=instance.host_id,
             platform=instance.platform.value,
-            stream_only=not full,
+            stream_only=not (full or install),
             view_only=view,
+            install_only=install,
         )
+
+    async def _installer(self, instance: Instance, token: str) -> bool:
+        """Is *token* a live scoped token of *instance*'s organization whose scopes open
+        installing on it, minted by a non-read-only key whose user may still control devices
+        (the minter's role is re-read, as the API does)?"""
+        lookup = tokens.parse_scoped_token(token)
+        if lookup is None:
+            return False
+        try:
+            credential = await self._store.get_scoped_token_by_lookup(lookup)
+            if not tokens.verify_secret(token, credential.secret_hash):
+                return False
+            scoped = credential.token
+            if scoped.org_id != instance.org_id:
+                return False
+            key = await self._store.get_api_key(scoped.org_id, scoped.api_key_id)
+            membership = await self._store.get_membership(key.org_id, key.user_id)
+        except store_errors.NotFound:
+            return False
+        if key.read_only or membership.role not in _DEVICE_ROLES:
+            return False
+        # scopes were checked against the grammar when minted (api/scopes.py): text compares
+        return bool({f"device:{instance.id}:install", _ANY_INSTALL} & set(scoped.scopes))
 
     async def _viewer(self, instance: Instance, token: str) -> bool:
         """Is *token* a view token of *instance* whose API key or scoped token is live?"""

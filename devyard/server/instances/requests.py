@@ -5,7 +5,7 @@ no store.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import attrs
 
@@ -13,7 +13,38 @@ from ..store.base import Organization, Platform
 from .durations import format_duration, parse_duration
 from .placement import ClientLocation, PlacementRequest
 
-__all__ = ["NewInstance", "normalise_spec", "os_version", "placement_request"]
+__all__ = [
+    "FieldNotAllowed",
+    "NewInstance",
+    "check_platform_fields",
+    "normalise_spec",
+    "os_version",
+    "placement_request",
+]
+
+# Spec fields that only some platforms have (spec 2.1); the document checks their shapes.
+_PLATFORM_FIELDS: Final[dict[str, frozenset[Platform]]] = {
+    "forceBundleId": frozenset({Platform.IOS}),
+}
+
+
+class FieldNotAllowed(ValueError):
+    """A spec field the instance's platform does not have (422)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+def check_platform_fields(platform: Platform, spec: dict[str, Any]) -> None:
+    """Raises FieldNotAllowed for a spec field of another platform (``forceBundleId`` on
+    Android, say), instead of storing a field that nothing would act on."""
+    for field, platforms in _PLATFORM_FIELDS.items():
+        if field in spec and platform not in platforms:
+            names = " and ".join(sorted(p.value for p in platforms))
+            raise FieldNotAllowed(
+                f"spec.{field}", f"spec.{field} is for {names} instances, not {platform.value}"
+            )
 
 
 @attrs.frozen

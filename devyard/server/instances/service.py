@@ -53,7 +53,13 @@ from ..store.base import Instance, InstanceState, Organization, Platform, Store,
 from .durations import parse_duration
 from .lifecycle import IllegalTransition, LifecycleEvent, expected_for, next_state
 from .placement import NoCapacity, RegionInfo, place, preferred_region
-from .requests import NewInstance, normalise_spec, os_version, placement_request
+from .requests import (
+    NewInstance,
+    check_platform_fields,
+    normalise_spec,
+    os_version,
+    placement_request,
+)
 
 log = logging.getLogger(__name__)
 
@@ -149,8 +155,9 @@ class InstanceService:
     async def create(
         self, organization: Organization, new: NewInstance, *, reuse: bool
     ) -> Instance:
-        if organization.deleting:  # a deletion is under way: the organization is gone
-            raise store_errors.NotFound("organization", organization.id)
+        if organization.deleting:  # a deletion is under way; the store checks it again, atomically
+            raise store_errors.OrganizationDeleting(organization.id)
+        check_platform_fields(new.platform, new.spec)
         spec = normalise_spec(new.spec, organization)
         tunnel = await self._tunnel_for(organization.id, new.platform, spec.get("tunnel"))
         request = placement_request(new)
@@ -235,6 +242,7 @@ class InstanceService:
                     instance_id, LifecycleEvent.ASSIGNED, host_id=host_id
                 )
                 if not instance.live:  # ended while the order was on its way
+                    self._forget(instance_id)  # (perhaps before `create` registered it)
                     with trio.move_on_after(STOP_GRACE):
                         await self._registry.stop_instance(host_id, instance_id)
                 return
@@ -327,13 +335,17 @@ class InstanceService:
 
     async def end_organization(self, org_id: str) -> int:
         """Ends every live instance of *org_id* (its deletion): terminated, its host told, its
-        capacity freed. Idempotent; returns how many it ended."""
+        capacity freed. Idempotent; returns how many it ended. Called once the organization
+        is marked deleting, after which the store refuses its creates; it sweeps again until a
+        pass finds nothing live, so a create that committed during a pass is ended too."""
         ended = 0
-        for instance in await self._store.list_live_instances():
-            if instance.org_id == org_id:
+        while True:
+            live = [i for i in await self._store.list_live_instances() if i.org_id == org_id]
+            if not live:
+                return ended
+            for instance in live:
                 await self._end(instance.id, TerminationReason.USER_REQUESTED, ORG_DELETED)
                 ended += 1
-        return ended
 
     async def _end(
         self, instance_id: str, reason: TerminationReason, error_message: str | None

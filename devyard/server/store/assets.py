@@ -17,6 +17,7 @@ from .base import Asset
 from .database import Database, Dialect, Row, Tx, as_datetime
 from .errors import NotFound
 from .ids import new_ulid
+from .org_guard import require_live_organization
 
 __all__ = ["SqlAssets"]
 
@@ -81,11 +82,7 @@ class SqlAssets:
         }
 
         def upsert(tx: Tx) -> Asset:
-            if (
-                tx.fetchone("SELECT 1 AS ok FROM organizations WHERE id = :id", {"id": org_id})
-                is None
-            ):
-                raise NotFound("organization", org_id)
+            require_live_organization(tx, org_id)
             tx.execute(
                 "INSERT INTO assets (id, org_id, name, os, created_at, ttl_s, expires_at)"
                 " VALUES (:id, :org_id, :name, :os, :created_at, :ttl_s, :expires_at)"

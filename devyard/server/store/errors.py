@@ -4,6 +4,7 @@ store boundary (`raise ... from`); nothing above the store sees sqlite3 or psyco
     StoreError
      ├── NotFound            no such row (in that organization)            -> 404
      ├── Conflict            a uniqueness rule or a state forbids the write -> 409
+     ├── OrganizationDeleting  a create in an organization being deleted    -> 409
      ├── InvalidValue        a value the schema rejects (CHECK constraint)  -> 422
      ├── StoreUnavailable    the database cannot be reached or answered     -> 503, /readyz 500
      └── MigrationError      the schema cannot be brought to this version   (start-up fails)
@@ -16,6 +17,7 @@ __all__ = [
     "InvalidValue",
     "MigrationError",
     "NotFound",
+    "OrganizationDeleting",
     "StoreError",
     "StoreUnavailable",
 ]
@@ -41,6 +43,17 @@ class Conflict(StoreError):
     def __init__(self, message: str, *, field: str | None = None) -> None:
         super().__init__(message)
         self.field = field
+
+
+class OrganizationDeleting(StoreError):
+    """A create in an organization whose deletion is under way (it ends everything of it):
+    not a `Conflict`, so no handler mistakes it for a taken name."""
+
+    def __init__(self, org_id: str) -> None:
+        super().__init__(
+            f"organization {org_id!r} is being deleted: nothing new can be created in it"
+        )
+        self.org_id = org_id
 
 
 class InvalidValue(StoreError):

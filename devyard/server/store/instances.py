@@ -26,6 +26,7 @@ from .base import (
 from .database import Database, Dialect, Row, Tx, as_datetime
 from .errors import Conflict, NotFound
 from .ids import new_ulid
+from .org_guard import require_live_organization
 from .usage import record_usage
 
 __all__ = ["SqlInstances", "labels_key"]
@@ -128,11 +129,7 @@ class SqlInstances:
         )
 
         def create(tx: Tx) -> None:
-            if (
-                tx.fetchone("SELECT 1 AS ok FROM organizations WHERE id = :id", {"id": org_id})
-                is None
-            ):
-                raise NotFound("organization", org_id)
+            require_live_organization(tx, org_id)
             tx.execute(
                 f"INSERT INTO instances ({_COLUMNS}, labels_key) VALUES (:id, :org_id,"  # noqa: S608
                 " :platform, :region, NULL, :display_name, :labels, :spec, :state, NULL, NULL,"

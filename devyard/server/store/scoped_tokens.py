@@ -20,6 +20,7 @@ from .base import ScopedToken, ScopedTokenCredential
 from .database import Database, Row, Tx, as_datetime
 from .errors import NotFound
 from .ids import Kind, new_id
+from .org_guard import require_live_organization
 
 __all__ = ["SqlScopedTokens"]
 
@@ -73,6 +74,7 @@ class SqlScopedTokens:
         now = self._now()
 
         def create(tx: Tx) -> ScopedToken:
+            require_live_organization(tx, org_id)
             key = tx.fetchone(
                 "SELECT user_id FROM api_keys"
                 " WHERE id = :id AND org_id = :org_id AND revoked_at IS NULL",

@@ -42,6 +42,7 @@ from .database import Database, Dialect, Row, Tx
 from .errors import NotFound
 from .ids import Kind, new_id
 from .instances import SqlInstances
+from .org_guard import require_live_organization
 from .rows import utc_now
 from .scoped_tokens import SqlScopedTokens
 from .tunnels import SqlTunnels
@@ -323,6 +324,7 @@ class SqlStore(
         )
 
         def create(tx: Tx) -> None:
+            require_live_organization(tx, org_id)
             _get_membership(tx, org_id, user_id)
             tx.execute(
                 "INSERT INTO api_keys (id, org_id, user_id, lookup_id, name, read_only,"

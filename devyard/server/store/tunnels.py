@@ -18,6 +18,7 @@ from .base import Tunnel, TunnelCredential
 from .database import Database, Dialect, Row, Tx, as_datetime
 from .errors import Conflict, NotFound
 from .ids import new_ulid
+from .org_guard import require_live_organization
 
 __all__ = ["SqlTunnels"]
 
@@ -85,11 +86,7 @@ class SqlTunnels:
         )
 
         def create(tx: Tx) -> None:
-            if (
-                tx.fetchone("SELECT 1 AS ok FROM organizations WHERE id = :id", {"id": org_id})
-                is None
-            ):
-                raise NotFound("organization", org_id)
+            require_live_organization(tx, org_id)
             taken = tx.fetchone(
                 "SELECT 1 AS ok FROM tunnels WHERE org_id = :org_id AND name = :name",
                 {"org_id": org_id, "name": name},

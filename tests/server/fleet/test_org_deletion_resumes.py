@@ -39,7 +39,8 @@ async def _fails_halfway(fleet: Fleet, org: Org) -> Path:
     refused = await fleet.http.post(
         f"{fleet.url}/v1/android_instances", json={}, headers=org.headers
     )
-    assert refused.status_code == 404, "no new instance in an organization being deleted"
+    assert refused.status_code == 409, "no new instance in an organization being deleted"
+    assert refused.json()["reason"] == "organization_deleting"
     still = await fleet.http.get(f"{fleet.url}/organizations/{org.id}", headers=org.headers)
     assert still.status_code == 200, "its key works until the deletion finishes (a retry)"
     return blob

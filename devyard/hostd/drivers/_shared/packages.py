@@ -12,6 +12,11 @@ Android (.apk, a zip), in this order:
 
 A file that is not a zip is refused, as ``pm install`` refuses it (INSTALL_PARSE_FAILED_NOT_APK).
 
+Split APKs (`read_splits`, ``pm install-multiple`` semantics): the ``split`` attribute of
+``<manifest>`` (``split=`` in the test form) names a split; the set must hold exactly one base
+APK (no ``split``), every file the same package and the same ``versionCode`` (when given), and
+no split name twice. The app is the base's.
+
 iOS (.ipa, a zip with ``Payload/<name>.app/Info.plist``; or an ``.app`` directory):
 ``CFBundleIdentifier``, ``CFBundleDisplayName`` or ``CFBundleName``, and
 ``CFBundleShortVersionString`` from Info.plist (XML or binary, via plistlib), else the name.
@@ -33,7 +38,7 @@ import attrs
 from .._errors import InstallError
 from ..base import Platform
 
-__all__ = ["PackageInfo", "read_package"]
+__all__ = ["PackageInfo", "SplitSet", "read_package", "read_splits"]
 
 _PACKAGE_RE: Final = re.compile(r"[A-Za-z][A-Za-z0-9_]*(\.[A-Za-z][A-Za-z0-9_]*)+")
 _MAX_TEXT: Final = 1 << 20  # manifest and plist files bigger than this are not ours to parse
@@ -44,6 +49,72 @@ class PackageInfo:
     app_id: str
     label: str
     version: str = ""
+
+
+@attrs.frozen
+class SplitSet:
+    """A validated set of split APKs: the app (the base's package) and the base file."""
+
+    app: PackageInfo
+    base: Path
+    splits: tuple[str, ...]  # the split names, in the order given
+
+
+def read_splits(paths: list[Path]) -> SplitSet:
+    """Check *paths* as one app's split APKs (see the module docstring); `InstallError` with
+    ``pm``'s failure names if they are not."""
+    if not paths:
+        raise InstallError("INSTALL_FAILED_INVALID_APK: no APK given")
+    base: tuple[Path, dict[str, str]] | None = None
+    names: list[str] = []
+    package = version_code = None
+    for path in paths:
+        fields = _apk_fields(path)
+        app_id = fields.get("package") or ""
+        if package is None:
+            package = app_id
+        elif app_id != package:
+            raise InstallError(
+                f"INSTALL_FAILED_INVALID_APK: split {path.name} has package {app_id!r},"
+                f" the others {package!r}"
+            )
+        code = fields.get("versionCode")
+        if code is not None:
+            if version_code is not None and code != version_code:
+                raise InstallError(
+                    f"INSTALL_FAILED_INVALID_APK: split {path.name} has versionCode {code},"
+                    f" the others {version_code}"
+                )
+            version_code = code
+        split = fields.get("split")
+        if split is None:
+            if base is not None:
+                raise InstallError(
+                    f"INSTALL_FAILED_INVALID_APK: two base APKs ({base[0].name}, {path.name})"
+                )
+            base = (path, fields)
+        elif split in names:
+            raise InstallError(f"INSTALL_FAILED_INVALID_APK: split {split!r} given twice")
+        else:
+            names.append(split)
+    if base is None:
+        raise InstallError("INSTALL_FAILED_INVALID_APK: missing the base APK (one without split)")
+    return SplitSet(app=_read_apk(base[0]), base=base[0], splits=tuple(names))
+
+
+def _apk_fields(path: Path) -> dict[str, str]:
+    if not path.is_file() or not zipfile.is_zipfile(path):
+        raise InstallError(f"INSTALL_PARSE_FAILED_NOT_APK: {path.name} is not an APK (zip)")
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = set(archive.namelist())
+            if "devyard-package.txt" in names:
+                return _read_package_txt(archive.read("devyard-package.txt")[:_MAX_TEXT])
+            if "AndroidManifest.xml" in names:
+                return _read_manifest(archive.read("AndroidManifest.xml")[:_MAX_TEXT])
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise InstallError(f"INSTALL_PARSE_FAILED_NOT_APK: {path.name}: {exc}") from exc
+    raise InstallError(f"INSTALL_PARSE_FAILED_MANIFEST_MALFORMED: {path.name} has no manifest")
 
 
 def read_package(platform: Platform, path: Path) -> PackageInfo:
@@ -116,6 +187,8 @@ def _read_manifest(data: bytes) -> dict[str, str]:
     for key, pattern in (
         ("package", r'\bpackage\s*=\s*"([^"]+)"'),
         ("version", r'\bandroid:versionName\s*=\s*"([^"]+)"'),
+        ("versionCode", r'\bandroid:versionCode\s*=\s*"([^"]+)"'),
+        ("split", r'<manifest\b[^>]*\bsplit\s*=\s*"([^"]+)"'),
         ("label", r'<application\b[^>]*\bandroid:label\s*=\s*"([^"@][^"]*)"'),
     ):
         match = re.search(pattern, text)
@@ -187,7 +260,7 @@ def _element(
     _ns, name_index, attr_start, attr_size, attr_count = struct.unpack_from("<IIHHH", data, ext)
     element = strings[name_index] if name_index < len(strings) else ""
     wanted = {
-        "manifest": {"package": "package", "versionName": "version"},
+        "manifest": {"package": "package", "versionName": "version", "split": "split"},
         "application": {"label": "label"},
     }.get(element)
     if not wanted:

@@ -23,6 +23,7 @@ from ...instances import (
     UnknownPlacement,
 )
 from ...instances.placement import ModelNotAllowed, check_model
+from ...instances.requests import FieldNotAllowed
 from ...instances.sandbox_spec import (
     SandboxSpecError,
     check_sandbox_spec,
@@ -222,6 +223,8 @@ async def create_instance() -> Response:
         raise Unprocessable(str(exc), reason="model_not_allowed") from exc
     except SandboxSpecError as exc:
         raise Unprocessable(str(exc), reason="sandbox_not_supported") from exc
+    except FieldNotAllowed as exc:
+        raise Unprocessable(str(exc), reason="field_not_allowed") from exc
     except TunnelRejected as exc:
         raise from_tunnel_rejected(exc) from exc
     except NoCapacity as exc:
