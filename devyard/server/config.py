@@ -30,6 +30,8 @@ Keys (file key / environment variable):
     enabled             DEVYARD_RATE_LIMIT_ENABLED  per-API-key token bucket on or off
     rate                DEVYARD_RATE_LIMIT_RATE     tokens per second
     burst               DEVYARD_RATE_LIMIT_BURST    bucket size
+    [accounts]          DEVYARD_ACCOUNTS_<KEY>      organizations, invitations, SMTP, DNS
+                                                    (keys: devyard/server/accounts/settings.py)
 
 ``regions`` is a list of tables, one per region, for placement (docs/instances.md)::
 
@@ -56,6 +58,9 @@ from typing import Any, Final
 from urllib.parse import urlsplit
 
 import attrs
+
+from .accounts import settings as accounts_settings
+from .accounts.settings import AccountsConfig
 
 __all__ = [
     "ENV_CONFIG_FILE",
@@ -139,6 +144,8 @@ class ServerConfig:
     max_streams_per_instance: int = attrs.field(default=16, validator=attrs.validators.ge(1))
     # where POST /github_revoke gets the public keys its reports are signed with
     secret_scanning_keys_url: str = "https://api.github.com/meta/public_keys/secret_scanning"  # noqa: S105
+    # [accounts]: organization creation, invitations, SMTP, DNS (accounts/settings.py)
+    accounts: AccountsConfig = attrs.field(factory=AccountsConfig)
 
     @property
     def base_url(self) -> str:
@@ -333,6 +340,7 @@ _PARSERS: Final[dict[str, Callable[[object], Any]]] = {
     "rate_limit.enabled": _bool,
     "rate_limit.rate": _positive_float,
     "rate_limit.burst": _positive_int,
+    **{f"accounts.{key}": parse for key, parse in accounts_settings.PARSERS.items()},
 }
 
 
@@ -412,6 +420,12 @@ def load_server_config(
     }
     rate_limit = RateLimitConfig(**limits)
     top: dict[str, Any] = {k: v for k, v in values.items() if "." not in k}
+    try:
+        top["accounts"] = accounts_settings.build(
+            {k.split(".", 1)[1]: v for k, v in values.items() if k.startswith("accounts.")}
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
     if ("link_tls_cert" in top) != ("link_tls_key" in top):
         raise ConfigError("link_tls_cert and link_tls_key go together (set both or neither)")
     if "link_tls_cert" in top and "link_listen" not in top:

@@ -274,4 +274,43 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
         "organizations: deleting_at marks a deletion under way (resumed after a crash)",
         ("ALTER TABLE organizations ADD COLUMN deleting_at {timestamp}",),
     ),
+    Migration(
+        8,
+        "accounts: operators, invitations (hashed tokens), verified email domains",
+        (
+            """
+            CREATE TABLE operators (
+                user_id    TEXT PRIMARY KEY REFERENCES users (id) ON DELETE CASCADE,
+                created_at {timestamp} NOT NULL
+            )
+            """,
+            """
+            CREATE TABLE invitations (
+                id          TEXT PRIMARY KEY,
+                org_id      TEXT NOT NULL REFERENCES organizations (id) ON DELETE CASCADE,
+                email       TEXT NOT NULL,
+                role        TEXT NOT NULL CHECK (role IN ('admin', 'member', 'viewer')),
+                token_hash  TEXT NOT NULL UNIQUE,
+                invited_by  TEXT REFERENCES users (id) ON DELETE SET NULL,
+                created_at  {timestamp} NOT NULL,
+                expires_at  {timestamp} NOT NULL,
+                accepted_at {timestamp},
+                accepted_by TEXT REFERENCES users (id) ON DELETE SET NULL,
+                revoked_at  {timestamp}
+            )
+            """,
+            "CREATE INDEX invitations_by_org ON invitations (org_id, email)",
+            """
+            CREATE TABLE organization_domains (
+                org_id      TEXT NOT NULL REFERENCES organizations (id) ON DELETE CASCADE,
+                domain      TEXT NOT NULL,
+                txt_token   TEXT NOT NULL,
+                created_at  {timestamp} NOT NULL,
+                verified_at {timestamp},
+                PRIMARY KEY (org_id, domain)
+            )
+            """,
+            "CREATE INDEX organization_domains_by_domain ON organization_domains (domain)",
+        ),
+    ),
 )

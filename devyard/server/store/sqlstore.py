@@ -43,6 +43,7 @@ from .ids import Kind, new_id
 from .instances import SqlInstances
 from .rows import utc_now
 from .scoped_tokens import SqlScopedTokens
+from .sql_accounts import SqlAccounts
 from .tunnels import SqlTunnels
 from .usage import SqlUsage
 
@@ -95,7 +96,9 @@ def _get_key(tx: Tx, org_id: str, key_id: str) -> ApiKey:
     return rows.api_key(_one(tx, sql, {"id": key_id, "org_id": org_id}, "API key", key_id))
 
 
-class SqlStore(SqlInstances, SqlTunnels, SqlAssets, SqlScopedTokens, SqlUsage, SqlAudit):
+class SqlStore(
+    SqlAccounts, SqlInstances, SqlTunnels, SqlAssets, SqlScopedTokens, SqlUsage, SqlAudit
+):
     """The `base.Store` over a `Database`; obtain one with `open_store`."""
 
     def __init__(self, db: Database, *, clock: Callable[[], datetime] = utc_now) -> None:
