@@ -13,6 +13,7 @@ environment variables are ``DEVYARD_ACCOUNTS_<KEY>``)::
     smtp_sender = "devyard@example.com"
     dns_nameserver = "10.0.0.53:53"      # unset: the system's resolvers
     dns_timeout_s = 5.0
+    session_ttl_s = 43200                # a browser session lives this long (12 hours)
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ class AccountsConfig:
     smtp_timeout_s: float = 30.0
     dns_nameserver: tuple[str, int] | None = None
     dns_timeout_s: float = 5.0
+    session_ttl_s: int = 12 * 3600
 
     @property
     def mail_enabled(self) -> bool:
@@ -103,6 +105,7 @@ PARSERS: Final[Mapping[str, Callable[[object], Any]]] = {
     "smtp_timeout_s": _seconds,
     "dns_nameserver": _nameserver,
     "dns_timeout_s": _seconds,
+    "session_ttl_s": lambda v: _int(v, 60, 30 * 24 * 3600),
 }
 
 

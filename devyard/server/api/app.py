@@ -37,6 +37,7 @@ from .routes import (
     analytics,
     api_keys,
     assets,
+    audit,
     domains,
     health,
     identity,
@@ -46,6 +47,7 @@ from .routes import (
     organizations,
     scoped_tokens,
     secret_scanning,
+    sessions,
     tunnels,
 )
 
@@ -69,6 +71,8 @@ _BLUEPRINTS = (
     invitations,
     domains,
     operator,
+    sessions,
+    audit,
     api_keys,
     instances,
     tunnels,

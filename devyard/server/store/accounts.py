@@ -16,14 +16,23 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
 if TYPE_CHECKING:  # base imports this module (Store includes AccountStore)
     from .base import Membership, Organization, Role, User
 
-__all__ = ["AccountStore", "DomainStatus", "Invitation", "OrganizationDomain"]
+__all__ = [
+    "AccountStore",
+    "AuditEntry",
+    "AuditQuery",
+    "BrowserSession",
+    "DomainStatus",
+    "Invitation",
+    "OrganizationDomain",
+    "SessionCredential",
+]
 
 
 class DomainStatus(enum.StrEnum):
@@ -61,6 +70,58 @@ class OrganizationDomain:
     @property
     def status(self) -> DomainStatus:
         return DomainStatus.PENDING if self.verified_at is None else DomainStatus.VERIFIED
+
+
+@attrs.frozen
+class AuditEntry:
+    """An audit event with who did it and from where (``None``: the server itself, or an
+    event recorded before migration 9). Never holds a secret."""
+
+    id: str
+    org_id: str
+    kind: str
+    subject: str | None
+    detail: Mapping[str, Any]
+    actor: str | None  # user id
+    address: str | None  # the client address the request came from
+    created_at: datetime
+
+
+@attrs.frozen
+class AuditQuery:
+    """Which audit entries to list, newest first: every bound given applies."""
+
+    since: datetime | None = None  # inclusive
+    until: datetime | None = None  # exclusive
+    actor: str | None = None
+    before: str | None = None  # an entry id: only older entries (the next page)
+    limit: int = 100
+
+
+@attrs.frozen
+class BrowserSession:
+    """A browser's session (docs/accounts.md): made from an API key, acting as that key (its
+    organization, user, read-only flag) until it expires or is revoked; dies with the key.
+    Never holds the cookie's secret, the CSRF token, nor their hashes."""
+
+    id: str  # "ses_..."; used to list and revoke
+    org_id: str
+    user_id: str
+    api_key_id: str
+    lookup_id: str
+    created_at: datetime
+    expires_at: datetime
+    user_agent: str | None = None
+    revoked_at: datetime | None = None
+
+
+@attrs.frozen
+class SessionCredential:
+    """What cookie authentication needs; returned only by `get_session_by_lookup`."""
+
+    session: BrowserSession
+    secret_hash: str = attrs.field(repr=False)
+    csrf_hash: str = attrs.field(repr=False)
 
 
 class AccountStore(Protocol):
@@ -122,3 +183,44 @@ class AccountStore(Protocol):
 
     async def mark_domain_verified(self, org_id: str, domain: str) -> OrganizationDomain:
         """Idempotent. NotFound unless the organization lists the domain."""
+
+    async def create_session(
+        self,
+        *,
+        org_id: str,
+        api_key_id: str,
+        lookup_id: str,
+        secret_hash: str,
+        csrf_hash: str,
+        ttl_s: int,
+        user_agent: str | None,
+    ) -> BrowserSession:
+        """For the user of the key; NotFound unless the key is active in the organization."""
+
+    async def get_session_by_lookup(self, lookup_id: str) -> SessionCredential:
+        """For authentication: NotFound for unknown, revoked or expired sessions, and for
+        sessions whose key was revoked."""
+
+    async def list_sessions(
+        self, org_id: str, *, user_id: str | None = None
+    ) -> list[BrowserSession]:
+        """The live sessions (not revoked nor expired) of the organization (or of one of its
+        users), oldest first."""
+
+    async def revoke_session(self, org_id: str, session_id: str) -> BrowserSession:
+        """Idempotent; NotFound unless the session is of this organization."""
+
+    async def record_audit(
+        self,
+        *,
+        org_id: str,
+        kind: str,
+        subject: str | None,
+        detail: Mapping[str, Any],
+        actor: str | None,
+        address: str | None,
+    ) -> AuditEntry:
+        """An audit event with its actor and address (no secrets in *detail*)."""
+
+    async def list_audit(self, org_id: str, query: AuditQuery) -> list[AuditEntry]:
+        """Newest first, at most ``query.limit`` (capped at 500)."""

@@ -313,4 +313,30 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
             "CREATE INDEX organization_domains_by_domain ON organization_domains (domain)",
         ),
     ),
+    Migration(
+        9,
+        "accounts: browser sessions (hashed cookie secret, CSRF token); audit actor, address",
+        (
+            """
+            CREATE TABLE browser_sessions (
+                id          TEXT PRIMARY KEY,
+                org_id      TEXT NOT NULL REFERENCES organizations (id) ON DELETE CASCADE,
+                user_id     TEXT NOT NULL REFERENCES users (id) ON DELETE CASCADE,
+                api_key_id  TEXT NOT NULL REFERENCES api_keys (id) ON DELETE CASCADE,
+                lookup_id   TEXT NOT NULL UNIQUE,
+                secret_hash TEXT NOT NULL,
+                csrf_hash   TEXT NOT NULL,
+                created_at  {timestamp} NOT NULL,
+                expires_at  {timestamp} NOT NULL,
+                user_agent  TEXT,
+                revoked_at  {timestamp}
+            )
+            """,
+            "CREATE INDEX browser_sessions_by_org ON browser_sessions (org_id, user_id, id)",
+            "CREATE INDEX browser_sessions_by_key ON browser_sessions (api_key_id)",
+            "ALTER TABLE audit_events ADD COLUMN actor TEXT",
+            "ALTER TABLE audit_events ADD COLUMN address TEXT",
+            "CREATE INDEX audit_events_by_actor ON audit_events (org_id, actor, id)",
+        ),
+    ),
 )

@@ -19,6 +19,7 @@ from ...store.accounts import DomainStatus, OrganizationDomain
 from .._errors import NotFound, Unavailable
 from ..context import body, same_organization, state
 from ..views import timestamp
+from .audit import record
 
 __all__ = ["blueprint", "normalize_domain"]
 
@@ -54,11 +55,12 @@ async def replace_domains(organizationId: str) -> Response:
     domains = await api.store.replace_domains(
         caller.org_id, {domain: new_txt_token() for domain in wanted}
     )
-    await api.store.add_audit_event(
+    await record(
+        caller,
+        "domains_replaced",
         org_id=caller.org_id,
-        kind="domains_replaced",
         subject=None,
-        detail={"actor": caller.user_id, "domains": wanted},
+        detail={"domains": wanted},
     )
     return jsonify([domain_view(d) for d in domains])
 
@@ -84,10 +86,10 @@ async def verify_domain(organizationId: str, domain: str) -> Response:
         verified = await api.store.mark_domain_verified(caller.org_id, name)
     except store_errors.NotFound:  # replaced meanwhile
         raise NotFound(f"domain {name!r} is not listed by this organization") from None
-    await api.store.add_audit_event(
+    await record(
+        caller,
+        "domain_verified",
         org_id=caller.org_id,
-        kind="domain_verified",
         subject=name,
-        detail={"actor": caller.user_id},
     )
     return jsonify(domain_view(verified))

@@ -23,6 +23,7 @@ from typing import Final
 from urllib.parse import quote
 
 from quart import Blueprint, Response, jsonify, request
+from werkzeug.routing import BaseConverter
 
 from ...accounts.mail import Mailer, MailError, Message
 from ...store import errors as store_errors
@@ -33,10 +34,21 @@ from .._errors import Conflict, Forbidden, NotFound, Unavailable
 from ..auth import Principal
 from ..context import body, same_organization, state, str_param
 from ..views import api_key_view, base_url, timestamp
+from .audit import record
 
 __all__ = ["blueprint", "invitation_view"]
 
 blueprint = Blueprint("invitations", __name__)
+
+
+class _InvitationId(BaseConverter):
+    """Any path segment but ``accept``: ``.../invitations/accept`` is another resource, so the
+    revoke rule must not match it (its ``Allow`` would list DELETE)."""
+
+    regex = r"(?!accept\b)[^/]+"
+
+
+blueprint.record_once(lambda setup: setup.app.url_map.converters.update(invitation=_InvitationId))
 
 TOKEN_PREFIX: Final = "dyinv_"  # noqa: S105 - a prefix, not a secret
 _SUCCESS: Final = {"success": True}
@@ -114,16 +126,17 @@ async def create_invitation(organizationId: str) -> Response:
     else:
         answer["emailed"] = False
         answer["acceptUrl"] = url
-    await api.store.add_audit_event(
+    await record(
+        caller,
+        "invitation_created",
         org_id=caller.org_id,
-        kind="invitation_created",
         subject=invitation.id,
-        detail={"actor": caller.user_id, "email": email, "role": str(role)},
+        detail={"email": email, "role": str(role)},
     )
     return jsonify(answer)
 
 
-@blueprint.delete("/organizations/<organizationId>/invitations/<invitationId>")
+@blueprint.delete("/organizations/<organizationId>/invitations/<invitation:invitationId>")
 async def revoke_invitation(organizationId: str, invitationId: str) -> Response:
     caller = same_organization(organizationId)
     api = state()
@@ -131,11 +144,11 @@ async def revoke_invitation(organizationId: str, invitationId: str) -> Response:
         await api.store.revoke_invitation(caller.org_id, invitationId)
     except store_errors.NotFound:
         raise NotFound(f"open invitation {invitationId!r} not found") from None
-    await api.store.add_audit_event(
+    await record(
+        caller,
+        "invitation_revoked",
         org_id=caller.org_id,
-        kind="invitation_revoked",
         subject=invitationId,
-        detail={"actor": caller.user_id},
     )
     return jsonify(_SUCCESS)
 
@@ -217,10 +230,12 @@ async def accept_invitation(organizationId: str) -> Response:
     except store_errors.Conflict as exc:
         what = "already a member" if exc.field is None else f"{exc.field} is taken"
         raise Conflict(f"cannot accept: {what}", reason="taken") from None
-    await api.store.add_audit_event(
+    await record(
+        caller,
+        "invitation_accepted",
         org_id=invitation.org_id,
-        kind="invitation_accepted",
         subject=invitation.id,
-        detail={"actor": user_id, "role": str(invitation.role)},
+        detail={"role": str(invitation.role)},
+        actor=user_id,
     )
     return jsonify(answer)

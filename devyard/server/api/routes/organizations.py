@@ -21,6 +21,7 @@ from ..auth import Principal
 from ..context import body, principal, same_organization, state
 from ..members import visible_member
 from ..views import api_key_view, member_view, organization_view
+from .audit import record
 
 __all__ = ["blueprint"]
 
@@ -59,11 +60,12 @@ async def create_organization() -> Response:
         lookup_id=secret.lookup_id,
         secret_hash=secret.secret_hash,
     )
-    await api.store.add_audit_event(
+    await record(
+        caller,
+        "organization_created",
         org_id=created.id,
-        kind="organization_created",
         subject=created.id,
-        detail={"actor": caller.user_id, "from": caller.org_id},
+        detail={"from": caller.org_id},
     )
     return jsonify(
         {**organization_view(created), "apiKey": {**api_key_view(key), "key": secret.plaintext}}
