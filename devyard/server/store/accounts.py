@@ -30,6 +30,7 @@ __all__ = [
     "BrowserSession",
     "DomainStatus",
     "Invitation",
+    "OidcConnection",
     "OrganizationDomain",
     "SessionCredential",
 ]
@@ -70,6 +71,21 @@ class OrganizationDomain:
     @property
     def status(self) -> DomainStatus:
         return DomainStatus.PENDING if self.verified_at is None else DomainStatus.VERIFIED
+
+
+@attrs.frozen
+class OidcConnection:
+    """An organization's single sign-on provider. The client secret is kept encrypted
+    (`accounts.secretbox`): only ``secret_sealed``, never shown by the API."""
+
+    org_id: str
+    issuer: str
+    client_id: str
+    allowed_domains: tuple[str, ...]
+    default_role: Role
+    created_at: datetime
+    updated_at: datetime
+    secret_sealed: str | None = attrs.field(default=None, repr=False)  # None: public client
 
 
 @attrs.frozen
@@ -224,3 +240,23 @@ class AccountStore(Protocol):
 
     async def list_audit(self, org_id: str, query: AuditQuery) -> list[AuditEntry]:
         """Newest first, at most ``query.limit`` (capped at 500)."""
+
+    async def get_oidc_connection(self, org_id: str) -> OidcConnection:
+        """NotFound when the organization has none."""
+
+    async def put_oidc_connection(
+        self,
+        org_id: str,
+        *,
+        issuer: str,
+        client_id: str,
+        allowed_domains: tuple[str, ...],
+        default_role: Role,
+        secret_sealed: str | None,
+        keep_secret: bool,
+    ) -> OidcConnection:
+        """Creates or replaces it; *keep_secret* keeps the stored secret (an update that
+        does not repeat it). NotFound for an unknown organization."""
+
+    async def delete_oidc_connection(self, org_id: str) -> None:
+        """NotFound when the organization has none."""

@@ -339,4 +339,24 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
             "CREATE INDEX audit_events_by_actor ON audit_events (org_id, actor, id)",
         ),
     ),
+    Migration(
+        10,
+        "accounts: OIDC connections (client secret sealed with the data dir's key)",
+        (
+            """
+            CREATE TABLE oidc_connections (
+                org_id          TEXT PRIMARY KEY
+                                REFERENCES organizations (id) ON DELETE CASCADE,
+                issuer          TEXT NOT NULL,
+                client_id       TEXT NOT NULL,
+                allowed_domains TEXT NOT NULL,
+                default_role    TEXT NOT NULL
+                                CHECK (default_role IN ('admin', 'member', 'viewer')),
+                secret_sealed   TEXT,
+                created_at      {timestamp} NOT NULL,
+                updated_at      {timestamp} NOT NULL
+            )
+            """,
+        ),
+    ),
 )

@@ -43,6 +43,7 @@ from .ids import Kind, new_id
 from .instances import SqlInstances
 from .rows import utc_now
 from .scoped_tokens import SqlScopedTokens
+from .sql_access import SqlAccess
 from .sql_accounts import SqlAccounts
 from .tunnels import SqlTunnels
 from .usage import SqlUsage
@@ -97,7 +98,7 @@ def _get_key(tx: Tx, org_id: str, key_id: str) -> ApiKey:
 
 
 class SqlStore(
-    SqlAccounts, SqlInstances, SqlTunnels, SqlAssets, SqlScopedTokens, SqlUsage, SqlAudit
+    SqlAccounts, SqlAccess, SqlInstances, SqlTunnels, SqlAssets, SqlScopedTokens, SqlUsage, SqlAudit
 ):
     """The `base.Store` over a `Database`; obtain one with `open_store`."""
 

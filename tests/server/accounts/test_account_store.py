@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 import trio
 
+from devyard.server.bootstrap import first_start
 from devyard.server.store import Role, Store, open_store, tokens
 from devyard.server.store import errors as store_errors
 from tests.server.store.conftest import FakeClock
@@ -101,3 +103,10 @@ async def test_operators_and_organization_creation(clocked: Store) -> None:
     assert [o.name for o in await clocked.list_organizations()] == ["new"]
     await clocked.set_operator(user.id, False)
     assert not await clocked.is_operator(user.id)
+
+
+async def test_the_first_admin_is_an_operator(clocked: Store, tmp_path: Path) -> None:
+    first = await first_start(clocked, tmp_path / "admin-api-key")
+    assert first.new_key is not None
+    admin = await clocked.get_user_by_name("admin")
+    assert await clocked.is_operator(admin.id)
