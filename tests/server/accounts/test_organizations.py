@@ -6,6 +6,7 @@ from __future__ import annotations
 from quart.typing import TestClientProtocol as Client
 
 from devyard.server.store import Role, Store
+from devyard.server.store.accounts import AuditQuery
 
 from ..api.conftest import Callers, assert_api_error
 
@@ -38,7 +39,5 @@ async def test_only_operators_create_organizations_by_default(
     await assert_api_error(
         await client.get(f"/organizations/{created['id']}", headers=callers.member.headers), 404
     )
-    events = await store.list_audit_events(created["id"])
-    assert [(e.kind, e.detail["actor"]) for e in events] == [
-        ("organization_created", callers.member.user_id)
-    ]
+    events = await store.list_audit(created["id"], AuditQuery())
+    assert [(e.kind, e.actor) for e in events] == [("organization_created", callers.member.user_id)]
