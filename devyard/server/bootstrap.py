@@ -107,11 +107,15 @@ async def write_secret_file(path: Path, secret: str) -> None:
 
 
 async def first_start(store: Store, key_file: Path) -> FirstStart:
-    """Bootstrap the default organization if the store has none; write its key to *key_file*."""
+    """Bootstrap the default organization if the store has none, its admin an operator;
+    write its key to *key_file*."""
     if await trio.to_thread.run_sync(key_file.exists):
         return FirstStart(key_file=key_file)
     if await store.list_organizations():
         return FirstStart(key_file=key_file, key_file_exists=False)
     result = await bootstrap_organization(store, org_name=DEFAULT_ORGANIZATION)
+    # The first admin runs the deployment: an operator (docs/accounts.md), who may create
+    # organizations when only operators may.
+    await store.set_operator(result.user.id, True)
     await write_secret_file(key_file, result.plaintext_key)
     return FirstStart(key_file=key_file, new_key=result.plaintext_key)

@@ -48,6 +48,8 @@ Keys (file key / environment variable):
     enabled             DEVYARD_RATE_LIMIT_ENABLED  per-API-key token bucket on or off
     rate                DEVYARD_RATE_LIMIT_RATE     tokens per second
     burst               DEVYARD_RATE_LIMIT_BURST    bucket size
+    [accounts]          DEVYARD_ACCOUNTS_<KEY>      organizations, invitations, SMTP, DNS
+                                                    (keys: devyard/server/accounts/settings.py)
 
 ``regions`` is a list of tables, one per region, for placement (docs/instances.md)::
 
@@ -75,6 +77,8 @@ from urllib.parse import urlsplit
 
 import attrs
 
+from .accounts import settings as accounts_settings
+from .accounts.settings import AccountsConfig
 from .billing.plans import DEFAULT_CATALOG, Catalog, CatalogError, parse_catalog
 
 __all__ = [
@@ -178,6 +182,8 @@ class ServerConfig:
     def tls_dir(self) -> Path:
         """Where ``tls_self_signed`` keeps its CA and certificate."""
         return self.data_dir / "tls"
+    # [accounts]: organization creation, invitations, SMTP, DNS (accounts/settings.py)
+    accounts: AccountsConfig = attrs.field(factory=AccountsConfig)
 
     @property
     def base_url(self) -> str:
@@ -393,6 +399,7 @@ _PARSERS: Final[dict[str, Callable[[object], Any]]] = {
     "rate_limit.enabled": _bool,
     "rate_limit.rate": _positive_float,
     "rate_limit.burst": _positive_int,
+    **{f"accounts.{key}": parse for key, parse in accounts_settings.PARSERS.items()},
 }
 
 
@@ -478,6 +485,12 @@ def load_server_config(
     except CatalogError as exc:
         raise ConfigError(str(exc)) from None
     top: dict[str, Any] = {k: v for k, v in values.items() if "." not in k}
+    try:
+        top["accounts"] = accounts_settings.build(
+            {k.split(".", 1)[1]: v for k, v in values.items() if k.startswith("accounts.")}
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
     if ("link_tls_cert" in top) != ("link_tls_key" in top):
         raise ConfigError("link_tls_cert and link_tls_key go together (set both or neither)")
     if "link_tls_cert" in top and "link_listen" not in top:

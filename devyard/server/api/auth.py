@@ -32,8 +32,10 @@ from typing import Final
 
 import attrs
 
+from ..accounts import sessions
 from ..store import errors as store_errors
 from ..store import tokens
+from ..store.accounts import BrowserSession
 from ..store.base import ApiKey, Organization, Role, ScopedToken, Store, User
 from ._errors import Forbidden, Unauthorized
 from .scopes import Scope, Template, allows, parse_scope
@@ -59,6 +61,8 @@ class Principal:
     role: Role
     scoped_token: ScopedToken | None = None
     scopes: frozenset[Scope] | None = None  # None: a full API key, limited by its role only
+    session: BrowserSession | None = None  # a browser session made from api_key (accounts)
+    csrf_hash: str | None = attrs.field(default=None, repr=False)  # the session's, to check
 
     @property
     def org_id(self) -> str:
@@ -75,6 +79,7 @@ class Principal:
 
     def __repr__(self) -> str:
         token = "" if self.scoped_token is None else f" token={self.scoped_token.id}"
+        token += "" if self.session is None else f" session={self.session.id}"
         return f"<Principal key={self.api_key.id}{token} user={self.user.id} org={self.org_id}>"
 
 
@@ -94,10 +99,12 @@ def authorize(
     safe: bool,
     scope: Template | None = None,
     path_args: Mapping[str, str] | None = None,
+    any_token: bool = False,
 ) -> None:
     """The per-operation rules: a scoped token only what its scopes open (*scope* is the
-    operation's ``x-devyard-scope``); read-only keys only read; the role is at least *least*."""
-    if principal.scopes is not None:
+    operation's ``x-devyard-scope``, or any when *any_token*: ``x-devyard-any-token``, /whoami);
+    read-only keys only read; the role is at least *least*."""
+    if principal.scopes is not None and not any_token:
         if scope is None or not allows(principal.scopes, scope, path_args or {}):
             raise Forbidden(
                 "this scoped token's scopes do not allow this operation",
@@ -157,6 +164,26 @@ class Authenticator:
         principal = await self._principal(key)
         await self._maybe_touch(key.id)
         return principal
+
+    async def authenticate_session(self, cookie: str) -> Principal:
+        """A browser session's cookie (`accounts.sessions`): it acts as the key it was made
+        from; unknown, revoked, expired, or of a revoked key is 401."""
+        lookup_id = sessions.parse_session(cookie)
+        if lookup_id is None:
+            raise Unauthorized("invalid session")
+        try:
+            credential = await self._store.get_session_by_lookup(lookup_id)
+        except store_errors.NotFound:
+            raise Unauthorized("invalid or expired session") from None
+        if not sessions.verify_cookie(cookie, credential.secret_hash):
+            raise Unauthorized("invalid or expired session")
+        session = credential.session
+        try:
+            key = await self._store.get_api_key(session.org_id, session.api_key_id)
+        except store_errors.NotFound:
+            raise Unauthorized("invalid or expired session") from None
+        principal = await self._principal(key)
+        return attrs.evolve(principal, session=session, csrf_hash=credential.csrf_hash)
 
     async def _scoped(self, plaintext: str, lookup_id: str) -> Principal:
         """A scoped token: unknown, revoked, expired, or minted by a revoked key is 401."""

@@ -70,6 +70,7 @@ class Operation:
     parameters: tuple[Parameter, ...] = attrs.field(repr=False)
     body: jsonschema_rs.Validator | None = attrs.field(repr=False, eq=False)
     scope: Template | None = None  # x-devyard-scope: the scoped tokens it admits (scopes.py)
+    any_token: bool = False  # x-devyard-any-token: every scoped token may call it (/whoami)
 
     @property
     def safe(self) -> bool:
@@ -155,6 +156,7 @@ class Contract:
                     parameters=params,
                     body=body_validator,
                     scope=_scope(spec.get("x-devyard-scope")),
+                    any_token=spec.get("x-devyard-any-token") is True,
                 )
 
     def __repr__(self) -> str:

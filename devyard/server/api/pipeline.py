@@ -3,6 +3,8 @@
 1. operation   the OpenAPI operation of the matched route (none: the route is undocumented,
                which ``create_app`` refuses at start-up, so this is a 500 by construction);
 2. identity    the API key, when the operation takes one (401 when required and missing);
+               without an Authorization header, a browser session's cookie, which must
+               bring its CSRF token to anything but a read (403 ``csrf``);
 3. rate limit  per key; anonymous requests only when they write (429 with Retry-After);
 4. scope       an ``organizationId`` in the path must be the key's organization (404);
 5. permission  a scoped token only what its scopes open (``x-devyard-scope``); read-only
@@ -22,7 +24,8 @@ from urllib.parse import unquote_to_bytes
 from quart import g, request
 
 from .. import metrics
-from ._errors import BadRequest, InternalError, NotFound, RateLimited
+from ..accounts import sessions
+from ._errors import BadRequest, Forbidden, InternalError, NotFound, RateLimited
 from .auth import Principal, authorize
 from .context import RequestInput, state
 from .requestlog import mark_route
@@ -44,7 +47,19 @@ async def before_request() -> None:
 
     caller: Principal | None = None
     authorization = request.headers.get("Authorization")
-    if operation.auth == "required" or (operation.auth == "optional" and authorization):
+    # A browser session's cookie counts only without an Authorization header, and only for
+    # operations that require a caller (docs/accounts.md).
+    cookie = None if authorization else request.cookies.get(sessions.SESSION_COOKIE)
+    if cookie and operation.auth == "required":
+        caller = await api.authenticator.authenticate_session(cookie)
+        if not operation.safe and not sessions.csrf_matches(
+            request.headers.get(sessions.CSRF_HEADER), caller.csrf_hash or ""
+        ):
+            raise Forbidden(
+                f"a session needs its CSRF token in {sessions.CSRF_HEADER} to change anything",
+                reason="csrf",
+            )
+    elif operation.auth == "required" or (operation.auth == "optional" and authorization):
         caller = await api.authenticator.authenticate(authorization)
 
     if caller is not None and api.key_limiter is not None:
@@ -64,6 +79,7 @@ async def before_request() -> None:
                 safe=operation.safe,
                 scope=operation.scope,
                 path_args=path_args,
+                any_token=operation.any_token,
             )
 
     values = api.contract.parameters(operation, path_args, request.args)

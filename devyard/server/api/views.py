@@ -103,10 +103,31 @@ def api_key_view(key: ApiKey) -> JSON:
     }
 
 
+def _credential_view(caller: Principal) -> JSON:
+    """Which credential made the request (docs/accounts.md): the key, a scoped token minted
+    by it, or a browser session made from it."""
+    if caller.scoped_token is not None:
+        token = caller.scoped_token
+        return {
+            "kind": "scopedToken",
+            "id": token.id,
+            "scopes": list(token.scopes),
+            "expiresAt": timestamp(token.expires_at),
+        }
+    if caller.session is not None:
+        return {
+            "kind": "session",
+            "id": caller.session.id,
+            "expiresAt": timestamp(caller.session.expires_at),
+        }
+    return {"kind": "apiKey", "id": caller.api_key.id}
+
+
 def whoami_view(caller: Principal) -> JSON:
     return {
         "user": user_view(caller.user),
         "organization": organization_view(caller.organization),
         "role": str(caller.role),
         "apiKey": api_key_view(caller.api_key),
+        "credential": _credential_view(caller),
     }

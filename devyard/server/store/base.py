@@ -30,6 +30,7 @@ from typing import Any, Final, Protocol
 
 import attrs
 
+from .accounts import AccountStore
 from .audit import AuditEvent
 
 __all__ = [
@@ -352,7 +353,7 @@ class TunnelCredential:
     token_hash: str = attrs.field(repr=False)
 
 
-class Store(Protocol):
+class Store(AccountStore, Protocol):
     """The persistent state of the control plane. Implementations: `SqlStore` over
     SQLite or PostgreSQL, obtained with `open_store`."""
 

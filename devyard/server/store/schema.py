@@ -300,4 +300,89 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
             "CREATE INDEX build_logs_by_org ON build_logs (org_id, instance_id)",
         ),
     ),
+    Migration(
+        9,
+        "accounts: operators, invitations (hashed tokens), verified email domains",
+        (
+            """
+            CREATE TABLE operators (
+                user_id    TEXT PRIMARY KEY REFERENCES users (id) ON DELETE CASCADE,
+                created_at {timestamp} NOT NULL
+            )
+            """,
+            """
+            CREATE TABLE invitations (
+                id          TEXT PRIMARY KEY,
+                org_id      TEXT NOT NULL REFERENCES organizations (id) ON DELETE CASCADE,
+                email       TEXT NOT NULL,
+                role        TEXT NOT NULL CHECK (role IN ('admin', 'member', 'viewer')),
+                token_hash  TEXT NOT NULL UNIQUE,
+                invited_by  TEXT REFERENCES users (id) ON DELETE SET NULL,
+                created_at  {timestamp} NOT NULL,
+                expires_at  {timestamp} NOT NULL,
+                accepted_at {timestamp},
+                accepted_by TEXT REFERENCES users (id) ON DELETE SET NULL,
+                revoked_at  {timestamp}
+            )
+            """,
+            "CREATE INDEX invitations_by_org ON invitations (org_id, email)",
+            """
+            CREATE TABLE organization_domains (
+                org_id      TEXT NOT NULL REFERENCES organizations (id) ON DELETE CASCADE,
+                domain      TEXT NOT NULL,
+                txt_token   TEXT NOT NULL,
+                created_at  {timestamp} NOT NULL,
+                verified_at {timestamp},
+                PRIMARY KEY (org_id, domain)
+            )
+            """,
+            "CREATE INDEX organization_domains_by_domain ON organization_domains (domain)",
+        ),
+    ),
+    Migration(
+        10,
+        "accounts: browser sessions (hashed cookie secret, CSRF token); audit actor, address",
+        (
+            """
+            CREATE TABLE browser_sessions (
+                id          TEXT PRIMARY KEY,
+                org_id      TEXT NOT NULL REFERENCES organizations (id) ON DELETE CASCADE,
+                user_id     TEXT NOT NULL REFERENCES users (id) ON DELETE CASCADE,
+                api_key_id  TEXT NOT NULL REFERENCES api_keys (id) ON DELETE CASCADE,
+                lookup_id   TEXT NOT NULL UNIQUE,
+                secret_hash TEXT NOT NULL,
+                csrf_hash   TEXT NOT NULL,
+                created_at  {timestamp} NOT NULL,
+                expires_at  {timestamp} NOT NULL,
+                user_agent  TEXT,
+                revoked_at  {timestamp}
+            )
+            """,
+            "CREATE INDEX browser_sessions_by_org ON browser_sessions (org_id, user_id, id)",
+            "CREATE INDEX browser_sessions_by_key ON browser_sessions (api_key_id)",
+            "ALTER TABLE audit_events ADD COLUMN actor TEXT",
+            "ALTER TABLE audit_events ADD COLUMN address TEXT",
+            "CREATE INDEX audit_events_by_actor ON audit_events (org_id, actor, id)",
+        ),
+    ),
+    Migration(
+        11,
+        "accounts: OIDC connections (client secret sealed with the data dir's key)",
+        (
+            """
+            CREATE TABLE oidc_connections (
+                org_id          TEXT PRIMARY KEY
+                                REFERENCES organizations (id) ON DELETE CASCADE,
+                issuer          TEXT NOT NULL,
+                client_id       TEXT NOT NULL,
+                allowed_domains TEXT NOT NULL,
+                default_role    TEXT NOT NULL
+                                CHECK (default_role IN ('admin', 'member', 'viewer')),
+                secret_sealed   TEXT,
+                created_at      {timestamp} NOT NULL,
+                updated_at      {timestamp} NOT NULL
+            )
+            """,
+        ),
+    ),
 )

@@ -45,6 +45,8 @@ from .instances import SqlInstances
 from .org_guard import require_live_organization
 from .rows import utc_now
 from .scoped_tokens import SqlScopedTokens
+from .sql_access import SqlAccess
+from .sql_accounts import SqlAccounts
 from .tunnels import SqlTunnels
 from .usage import SqlUsage
 
@@ -98,7 +100,15 @@ def _get_key(tx: Tx, org_id: str, key_id: str) -> ApiKey:
 
 
 class SqlStore(
-    SqlInstances, SqlTunnels, SqlAssets, SqlScopedTokens, SqlUsage, SqlAudit, SqlBuildLogs
+    SqlAccounts,
+    SqlAccess,
+    SqlInstances,
+    SqlTunnels,
+    SqlAssets,
+    SqlScopedTokens,
+    SqlUsage,
+    SqlAudit,
+    SqlBuildLogs,
 ):
     """The `base.Store` over a `Database`; obtain one with `open_store`."""
 

@@ -119,7 +119,6 @@ async def test_device_scope_opens_only_that_instance(
         ("GET", "/v1/ios_instances"),
         ("DELETE", f"/v1/ios_instances/{device.id}"),
         ("POST", "/v1/ios_instances"),
-        ("GET", "/whoami"),
         ("GET", f"/organizations/{callers.member.org_id}"),
         ("GET", "/v1/analytics?from=2030-01-01T00:00:00Z"),
         ("POST", "/v1/scoped_tokens"),
@@ -129,6 +128,9 @@ async def test_device_scope_opens_only_that_instance(
         response = await client.open(path, method=method, headers=headers, json={})
         body = await assert_api_error(response, 403, "scoped token")
         assert body["reason"] == "insufficient_scope", (method, path)
+    # /whoami is open to every credential kind (issue 18, x-devyard-any-token).
+    who = await client.get("/whoami", headers=headers)
+    assert (await who.get_json())["credential"]["kind"] == "scopedToken"
 
 
 @pytest.fixture

@@ -10,14 +10,18 @@ from __future__ import annotations
 import attrs
 from quart import Blueprint, Response, jsonify
 
+from ...accounts.notify import notify_operators
+from ...accounts.settings import OrganizationCreation
 from ...deletion import OrganizationDeletion
 from ...store import errors as store_errors
+from ...store import tokens
 from ...store.base import FeedbackKind, Member, Role
-from .._errors import Conflict, Unprocessable
+from .._errors import Conflict, Forbidden, Unprocessable
 from ..auth import Principal
-from ..context import body, same_organization, state
+from ..context import body, principal, same_organization, state
 from ..members import visible_member
-from ..views import member_view, organization_view
+from ..views import api_key_view, member_view, organization_view
+from .audit import record
 
 __all__ = ["blueprint"]
 
@@ -29,6 +33,43 @@ _SUCCESS = {"success": True}
 def _taken(exc: store_errors.Conflict, default: str) -> Conflict:
     field = exc.field or default
     return Conflict(f"that {field} is already taken", reason="taken")
+
+
+@blueprint.post("/organizations")
+async def create_organization() -> Response:
+    """A new organization with the caller's user as its admin (docs/accounts.md). Who may:
+    the operators, or any user with a full key (``accounts.organization_creation``). The
+    answer carries a first API key of that user in the new organization, shown once: the
+    caller's own key stays bound to its organization."""
+    caller = principal()
+    api = state()
+    policy = api.config.accounts.organization_creation
+    if policy is OrganizationCreation.OPERATORS and not await api.store.is_operator(caller.user_id):
+        raise Forbidden(
+            "only the operators of this deployment create organizations", reason="not_operator"
+        )
+    try:
+        created = await api.store.create_organization_for(body()["name"], caller.user_id)
+    except store_errors.Conflict as exc:
+        raise _taken(exc, "name") from exc
+    secret = tokens.new_api_key()
+    key = await api.store.create_api_key(
+        org_id=created.id,
+        user_id=caller.user_id,
+        name="organization creator",
+        lookup_id=secret.lookup_id,
+        secret_hash=secret.secret_hash,
+    )
+    await record(
+        caller,
+        "organization_created",
+        org_id=created.id,
+        subject=created.id,
+        detail={"from": caller.org_id},
+    )
+    return jsonify(
+        {**organization_view(created), "apiKey": {**api_key_view(key), "key": secret.plaintext}}
+    )
 
 
 @blueprint.get("/organizations/<organizationId>")
@@ -139,12 +180,17 @@ async def remove_member(organizationId: str, userName: str) -> Response:
 
 @blueprint.post("/organizations/<organizationId>/support")
 async def send_support_message(organizationId: str) -> Response:
+    """Stored, then mailed to the operators when SMTP is configured (`accounts.notify`)."""
     caller = same_organization(organizationId)
-    await state().store.add_feedback(
+    api = state()
+    feedback = await api.store.add_feedback(
         body()["message"],
         email=caller.user.email,
         kind=FeedbackKind.SUPPORT,
         org_id=caller.org_id,
         user_id=caller.user_id,
+    )
+    await notify_operators(
+        api.store, api.config.accounts, feedback, org_name=caller.organization.name
     )
     return jsonify(_SUCCESS)
