@@ -22,6 +22,7 @@ from PIL import Image
 from ..drivers._errors import AppNotFoundError, DeviceFileError, InstallError
 from ..drivers.base import Key, LogLevel, TouchAction
 from ..netdial import network_of
+from . import uiautomator as _uiautomator  # noqa: F401  (registers `uiautomator`)
 from .interpreter import (
     SPECIAL_FILES,
     CommandIO,

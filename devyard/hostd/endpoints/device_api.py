@@ -8,7 +8,8 @@ one message ``{"status", "content_type"}`` followed by the response body until E
 Routes (docs/endpoints.md is the user's reference):
 
     GET    /                 describe
-    GET    /screenshot       PNG
+    GET    /screenshot       PNG (``format=jpeg``, ``maxEdge``, ``quality``: imaging.py)
+    GET    /ui               the element tree as JSON (drivers/uitree.py)
     POST   /input            {"type": "tap"|"swipe"|"touch"|"text"|"key"|"scroll"|"rotate", ...}
     POST   /open-url         {"url"}
     GET    /apps             installed apps
@@ -28,6 +29,7 @@ from a reason to the status a web API would use.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -55,7 +57,9 @@ from ..drivers import (
     ShellResult,
     TouchAction,
 )
+from ..drivers.uitree import UiTreeDevice, tree_json
 from .api_errors import STATUS, Reason, RequestError, classify
+from .imaging import MIN_EDGE, transcode
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +203,12 @@ class DeviceApi:
             case [] if method == "GET":
                 return Response.of_json(_describe(self.device))
             case ["screenshot"] if method == "GET":
-                return Response(200, "image/png", await self.device.screenshot())
+                return await self._screenshot(req)
+            case ["ui"] if method == "GET":
+                device = self.device
+                if not isinstance(device, UiTreeDevice):
+                    raise RequestError(Reason.UNSUPPORTED, "this device lists no elements")
+                return Response.of_json(tree_json(await device.ui_tree()))
             case ["input"] if method == "POST":
                 await self._input(await req.json())
                 return Response.of_json({"ok": True})
@@ -247,10 +256,28 @@ class DeviceApi:
                         ]
                     }
                 )
-        known = {"", "screenshot", "input", "open-url", "apps", "shell", "files", "clipboard"}
+        known = {"", "screenshot", "ui", "input", "open-url", "apps", "shell", "files", "clipboard"}
         if (parts[:1] and parts[0] in known) or not parts:
             raise RequestError(Reason.METHOD_NOT_ALLOWED, f"{method} is not allowed on {req.path}")
         raise RequestError(Reason.NOT_FOUND, f"no device API route {req.path}")
+
+    async def _screenshot(self, req: ApiRequest) -> Response:
+        png = await self.device.screenshot()
+        fmt = req.arg("format", "png")
+        if fmt not in ("png", "jpeg"):
+            raise RequestError(Reason.BAD_REQUEST, "'format' must be png or jpeg")
+        max_edge = _int_arg(req, "maxEdge", 0) or None
+        quality = _int_arg(req, "quality", 80)
+        if max_edge is not None and max_edge < MIN_EDGE:
+            raise RequestError(Reason.BAD_REQUEST, f"'maxEdge' must be at least {MIN_EDGE}")
+        if not 1 <= quality <= 95:
+            raise RequestError(Reason.BAD_REQUEST, "'quality' must be within 1-95")
+        if fmt == "png" and max_edge is None:
+            return Response(200, "image/png", png)
+        data = await trio.to_thread.run_sync(
+            functools.partial(transcode, png, fmt=fmt, max_edge=max_edge, quality=quality)
+        )
+        return Response(200, f"image/{fmt}", data)
 
     async def _input(self, body: Mapping[str, Any]) -> None:
         kind = _field(body, "type", str)
