@@ -91,10 +91,11 @@ async def test_android_create_wait_reuse_get_list_pages_delete(up: Up) -> None:
             status.api_url,
             status.adb_web_socket_url,
             status.endpoint_web_socket_url,
+            status.mcp_url,
         ):
             assert url is not None and iid in url, url
-        # not advertised until served (issue 15); the SDK's model takes them as optional
-        assert (status.mcp_url, status.target_http_port_url_prefix) == (None, None)
+        # not advertised until served (issue 15); the SDK's model takes it as optional
+        assert status.target_http_port_url_prefix is None
 
         again = await client.android_instances.create(
             reuse_if_exists=True, metadata={"labels": {"suite": "sdk", "n": "0"}}

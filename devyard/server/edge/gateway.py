@@ -122,12 +122,15 @@ class InstanceGateway:
         *,
         raw_link: str | None = None,
         max_streams: int = DEFAULT_MAX_STREAMS,
+        mcp: Any = None,
     ) -> None:
         """*raw_link*: ``tcp://HOST:PORT`` (or ``tls://``) of the raw link port that the adb
         WebSocket names to clients, when there is one clients can reach. *max_streams*: open
         WebSockets (and raw adb connections) one instance may have; one more is refused
-        (429, ``too_many_streams``)."""
+        (429, ``too_many_streams``). *mcp*: the raw ASGI app of ``mcpUrl`` (server.mcp), which
+        authenticates its own requests (the organization API key, spec 5)."""
         self.edge = edge
+        self._mcp = mcp
         self.directory = directory
         self._viewer = _viewer_page()
         self._raw_link = raw_link
@@ -138,6 +141,9 @@ class InstanceGateway:
         return f"InstanceGateway({self.edge!r})"
 
     async def __call__(self, scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
+        if self._mcp is not None and scope["type"] == "http" and _is_mcp(str(scope["path"])):
+            await self._mcp(scope, receive, send)
+            return
         if scope["type"] == "websocket":
             await self._websocket(scope, receive, send)
         elif scope["type"] == "http":
@@ -326,6 +332,11 @@ class InstanceGateway:
         while True:
             await trio.sleep(_TOUCH_EVERY_S)
             self.directory.touch(instance_id)
+
+
+def _is_mcp(path: str) -> bool:
+    parts = path[len(INSTANCES_PREFIX) :].strip("/").split("/")
+    return len(parts) == 2 and parts[1] == "mcp" and bool(parts[0])
 
 
 def _header(scope: MutableMapping[str, Any], name: bytes) -> str:

@@ -82,8 +82,8 @@ def _urls(instance: Instance, base: str, credential: str | None) -> dict[str, st
         urls["endpointWebSocketUrl"] = f"{ws}/endpoint"
         if credential is not None:
             urls["signedStreamUrl"] = f"{http}/watch?token={credential}"
-        # mcpUrl and targetHttpPortUrlPrefix (spec 2.1) appear once the gateway serves them
-        # (issue 15): a URL we hand out must work, and the SDKs treat both as optional.
+        urls["mcpUrl"] = f"{http}/mcp"  # server.mcp: the organization API key (spec 5)
+        # targetHttpPortUrlPrefix (spec 2.1) appears once the gateway serves it (issue 15).
     if instance.platform is Platform.ANDROID:
         urls["adbWebSocketUrl"] = f"{ws}/adb"
     return urls
