@@ -16,7 +16,7 @@ import io
 import json
 import shutil
 import signal
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -34,12 +34,9 @@ from ._cli import clean_env, create_ready_android, start
 
 pytestmark = [
     pytest.mark.slow,
-    # The SDK's client (httpx2 under trio) leaves a response iterator of its GET stream to the
-    # garbage collector when a session ends (httpx2 and httpcore2 generators): not ours.
-    pytest.mark.filterwarnings(
-        "ignore:Exception ignored in. <async_generator object "
-        ":pytest.PytestUnraisableExceptionWarning"
-    ),
+    # The SDK's client (httpx2 under trio) leaves response iterators of its streams to the
+    # garbage collector when a session ends; trio reports each as unraisable (not ours).
+    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
 ]
 
 NODE = shutil.which("node")
@@ -68,19 +65,37 @@ def _walk(elements: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         yield from _walk(element.get("children", []))
 
 
-async def test_mcp_clients_observe_and_drive_the_device(tmp_path: Path) -> None:
+async def _with_up(tmp_path: Path, scenario: Callable[[str, str], Awaitable[None]]) -> None:
     data = tmp_path / "data"
     up = await start(["up", "--data-dir", str(data), "--port", "0"], clean_env(), tmp_path)
     try:
         with trio.fail_after(240):
             url = (await up.read_until(r"serving at (http://127\.0\.0\.1:\d+)")).group(1)
-            await _scenario(url, (data / "admin-api-key").read_text().strip(), tmp_path)
+            await scenario(url, (data / "admin-api-key").read_text().strip())
     finally:  # a failed check must not leave `devyard up` and its host running
         with trio.CancelScope(shield=True), trio.move_on_after(30):
             assert await up.stop(signal.SIGINT) == 0
 
 
-async def _scenario(base: str, key: str, tmp_path: Path) -> None:
+async def test_mcp_clients_observe_and_drive_the_device(tmp_path: Path) -> None:
+    await _with_up(tmp_path, _scenario)
+
+
+async def test_the_typescript_sdk_observes_and_taps(tmp_path: Path) -> None:
+    if NODE is None or not (NODE_DIR / "node_modules").is_dir():
+        pytest.skip("node or tests/node/mcp/node_modules is missing (scripts/node-deps)")
+
+    async def scenario(base: str, key: str) -> None:
+        async with httpx.AsyncClient(
+            base_url=base, headers={"Authorization": f"Bearer {key}"}, timeout=60
+        ) as http:
+            instance = await create_ready_android(http)
+            await _typescript_round_trip(instance["status"]["mcpUrl"], key)
+
+    await _with_up(tmp_path, scenario)
+
+
+async def _scenario(base: str, key: str) -> None:
     async with httpx.AsyncClient(
         base_url=base, headers={"Authorization": f"Bearer {key}"}, timeout=60
     ) as http:
@@ -143,8 +158,6 @@ async def _scenario(base: str, key: str, tmp_path: Path) -> None:
 
         await _read_only(http, mcp_url, instance, key)
         await _reconnect(mcp_url, key)
-        if NODE is not None and (NODE_DIR / "node_modules").is_dir():
-            await _typescript_round_trip(mcp_url, key)
 
 
 async def _refusals(mcp_url: str, key: str) -> None:
