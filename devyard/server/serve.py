@@ -177,7 +177,13 @@ async def _serve(
             hosts=edge,
             connectors=connectors,
         )
-        mcp = McpService(edge, directory, store, StoreAssets(store, state.assets))
+        mcp = McpService(
+            edge,
+            directory,
+            store,
+            StoreAssets(store, state.assets),
+            allowed_origins=config.mcp_allowed_origins,
+        )
         await nursery.start(mcp.run)
         gateway = InstanceGateway(
             edge,

@@ -41,6 +41,7 @@ pytestmark = [
 
 NODE = shutil.which("node")
 NODE_DIR = Path(__file__).parents[1] / "node" / "mcp"
+ALLOWED_ORIGIN = "https://console.example.test"
 READ_ONLY_TOOLS = {"observe", "list_apps", "device_logs"}
 
 
@@ -67,7 +68,8 @@ def _walk(elements: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
 
 async def _with_up(tmp_path: Path, scenario: Callable[[str, str], Awaitable[None]]) -> None:
     data = tmp_path / "data"
-    up = await start(["up", "--data-dir", str(data), "--port", "0"], clean_env(), tmp_path)
+    env = clean_env(DEVYARD_MCP_ALLOWED_ORIGINS=ALLOWED_ORIGIN)
+    up = await start(["up", "--data-dir", str(data), "--port", "0"], env, tmp_path)
     try:
         with trio.fail_after(240):
             url = (await up.read_until(r"serving at (http://127\.0\.0\.1:\d+)")).group(1)
@@ -183,6 +185,12 @@ async def _refusals(mcp_url: str, key: str) -> None:
             headers={**accept, "Authorization": f"Bearer {key}", "Origin": "https://evil.test"},
         )
         assert browser.status_code == 403 and browser.json()["reason"] == "forbidden"
+        configured = await raw.post(
+            mcp_url,
+            json=init,
+            headers={**accept, "Authorization": f"Bearer {key}", "Origin": ALLOWED_ORIGIN},
+        )
+        assert configured.status_code == 200 and "mcp-session-id" in configured.headers
         elsewhere = mcp_url.replace("/v1/instances/", "/v1/instances/nope")
         missing = await raw.post(
             elsewhere, json=init, headers={**accept, "Authorization": f"Bearer {key}"}
