@@ -16,6 +16,7 @@ import io
 import json
 import shutil
 import signal
+import zipfile
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -157,6 +158,25 @@ async def _scenario(base: str, key: str) -> None:
             assert bad.is_error and "observe" in bad.content[0].text  # type: ignore[union-attr]
             shell = await agent.call_tool("shell", {"command": "uiautomator dump /dev/tty"})
             assert "UI hierchary dumped to" in shell.content[0].text  # type: ignore[union-attr]
+
+            # install_app: an asset of the organization by name; a URL the host may not fetch
+            created = await http.put("/v1/assets", json={"name": "notes.apk"})
+            assert created.status_code == 200, created.text
+            apk = io.BytesIO()
+            with zipfile.ZipFile(apk, "w") as archive:
+                archive.writestr("devyard-package.txt", "package=com.acme.notes\nlabel=Notes\n")
+            put = await http.put(
+                created.json()["signedUploadUrl"],
+                content=apk.getvalue(),
+                headers={"Content-Type": "application/octet-stream"},
+            )
+            assert put.status_code in (200, 201, 204), put.text
+            installed = await agent.call_tool("install_app", {"asset": "notes.apk"})
+            assert not installed.is_error and "com.acme.notes" in installed.content[0].text  # type: ignore[union-attr]
+            private = await agent.call_tool("install_app", {"url": f"{base}/nothing.apk"})
+            assert private.is_error and "not-allowed" in private.content[0].text  # type: ignore[union-attr]
+            missing = await agent.call_tool("install_app", {"asset": "nope.apk"})
+            assert missing.is_error and "GET /v1/assets" in missing.content[0].text  # type: ignore[union-attr]
 
         await _read_only(http, mcp_url, instance, key)
         await _reconnect(mcp_url, key)

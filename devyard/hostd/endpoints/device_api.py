@@ -13,7 +13,7 @@ Routes (docs/endpoints.md is the user's reference):
     POST   /input            {"type": "tap"|"swipe"|"touch"|"text"|"key"|"scroll"|"rotate", ...}
     POST   /open-url         {"url"}
     GET    /apps             installed apps
-    POST   /apps             install (the body is the .apk / .ipa)
+    POST   /apps             install (the body is the .apk / .ipa; or JSON {"url"})
     POST   /apps/{id}/launch, /apps/{id}/terminate; DELETE /apps/{id}
     POST   /shell            Android: {"command"} -> {"stdout", "stderr", "exitCode"}
     GET    /files?path=      pull (a directory gives its listing as JSON)
@@ -58,6 +58,8 @@ from ..drivers import (
     TouchAction,
 )
 from ..drivers.uitree import UiTreeDevice, tree_json
+from ..fetch import FetchError, fetch
+from ..netdial import network_of
 from .api_errors import STATUS, Reason, RequestError, classify
 from .imaging import MIN_EDGE, transcode
 
@@ -321,13 +323,32 @@ class DeviceApi:
             )
 
     async def _install(self, req: ApiRequest) -> dict[str, Any]:
+        """The body is the app; or, as JSON ``{"url"}``, hostd downloads it first through the
+        device's network policy (fetch.py: what initial apps from a URL go through)."""
         info = self.device.describe()
         suffix = ".apk" if info.platform is Platform.ANDROID else ".ipa"
+        url = None
+        if req.content_type.split(";")[0].strip() == "application/json":
+            url = _field(await req.json(), "url", str)
         with tempfile.TemporaryDirectory(prefix="devyard-install-") as tmp:
             path = Path(tmp) / f"upload{req.arg('suffix', suffix)[-8:]}"
             async with await trio.open_file(path, "wb") as out:
-                async for chunk in req.chunks():
-                    await out.write(chunk)
+                if url is None:
+                    async for chunk in req.chunks():
+                        await out.write(chunk)
+                else:
+
+                    async def sink(data: bytes) -> None:
+                        await out.write(data)
+
+                    try:
+                        await fetch(url, sink, policy=network_of(self.device).policy)
+                    except FetchError as exc:
+                        log.info("install from a URL: %s (%s)", exc.failure.value, exc)
+                        raise RequestError(
+                            Reason.BAD_REQUEST,
+                            f"could not download the app ({exc.failure.value})",
+                        ) from None
             return _app(await self.device.install(path))
 
     async def _shell(self, body: Mapping[str, Any]) -> dict[str, Any]:

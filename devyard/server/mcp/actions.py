@@ -45,6 +45,7 @@ def explain(exc: DeviceApiError) -> ToolError:
         "gone": " The instance has ended; create a new one.",
         "unsupported": "",
         "install_failed": " Check that the file is an app for this platform.",
+        "bad_request": "",
     }
     return ToolError(f"{exc.message} ({exc.reason}).{hints.get(exc.reason, '')}")
 

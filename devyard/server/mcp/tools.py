@@ -191,10 +191,11 @@ async def _install(ctx: ToolContext, args: dict[str, Any]) -> Content:
     if (asset is None) == (url is None):
         raise ToolError("give exactly one of asset (an asset name of your organization) or url")
     if url is not None:
-        raise ToolError(
-            "installing from a URL is not served yet; upload the app as an asset "
-            "(POST /v1/assets, or `devyard assets upload`) and pass its name as asset"
-        )
+        if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+            raise ToolError("url must be an http(s) URL of the .apk / .ipa")
+        # hostd downloads it, through the device's network policy (not from the server)
+        installed = await ctx.device.api.post_json("/apps", {"url": url})
+        return _text({"installed": installed})
     if not isinstance(asset, str) or not asset:
         raise ToolError("asset must be an asset name")
     filename, chunks = await ctx.assets.open_app(ctx.device.api.instance_id, asset)
@@ -311,9 +312,10 @@ TOOLS: Final[tuple[Tool, ...]] = (
          ("appId",)), _launch, idempotent=True),
     Tool("terminate_app", "Stop an app.", _obj(_APP, ("appId",)), _terminate,
          destructive=True, idempotent=True),
-    Tool("install_app", "Install an app from an asset of your organization (by name).",
+    Tool("install_app", "Install an app: an asset of your organization (by name), or a URL "
+         "the device's host downloads (public addresses only, unless the host allows more).",
          _obj({"asset": {"type": "string"}, "url": {"type": "string"}}), _install,
-         destructive=True),
+         destructive=True, open_world=True),
     Tool("push_file", "Write a file on the device (text, or base64 for bytes).",
          _obj({"path": {"type": "string"}, "text": {"type": "string"},
                "base64": {"type": "string"}}, ("path",)), _push, destructive=True),
