@@ -10,6 +10,8 @@ and carries the request over it:
     watch      HTTP GET, token in the query   -> the viewer page (served here)
     endpoint   WebSocket, token or ?token=    -> ``device-stream``: the browser stream, relayed
     adb        WebSocket, instance token (bearer) -> ``adb``: ADB bytes, spliced
+    mcp        HTTP, API key or instance token   -> the MCP server (server.mcp, docs/mcp.md),
+                                                   which checks its own credentials
 
 A ``?token=`` query parameter is read only on ``watch`` and ``endpoint`` (spec 2.1: query
 tokens belong to the stream URLs); ``api`` and ``adb`` take the bearer header only, so the
@@ -32,7 +34,7 @@ import contextlib
 import importlib.resources
 import json
 import logging
-from collections.abc import Iterable, Iterator, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, MutableMapping
 from typing import Any, Final
 
 import trio
@@ -122,7 +124,7 @@ class InstanceGateway:
         *,
         raw_link: str | None = None,
         max_streams: int = DEFAULT_MAX_STREAMS,
-        mcp: Any = None,
+        mcp: Callable[[MutableMapping[str, Any], Receive, Send], Awaitable[None]] | None = None,
     ) -> None:
         """*raw_link*: ``tcp://HOST:PORT`` (or ``tls://``) of the raw link port that the adb
         WebSocket names to clients, when there is one clients can reach. *max_streams*: open

@@ -21,7 +21,6 @@ tools may run, follow the credential of each request.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable, MutableMapping
 from typing import Any, Final
@@ -218,12 +217,3 @@ def _header(headers: Iterable[tuple[bytes, bytes]], name: bytes) -> str | None:
         if bytes(key).lower() == name:
             return bytes(value).decode("latin-1")
     return None
-
-
-@contextlib.asynccontextmanager
-async def open_mcp(service: McpService) -> AsyncIterator[McpService]:
-    """*service* running, for tests that build their own server."""
-    async with trio.open_nursery() as nursery:
-        await nursery.start(service.run)
-        yield service
-        nursery.cancel_scope.cancel()
