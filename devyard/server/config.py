@@ -33,6 +33,9 @@ Keys (file key / environment variable):
     max_streams_per_instance                        open WebSocket streams per instance
                         DEVYARD_MAX_STREAMS_PER_INSTANCE  (more: 429 ``too_many_streams``);
                                                     default 16
+    mcp_allowed_origins DEVYARD_MCP_ALLOWED_ORIGINS browser origins (``https://host[:port]``)
+                                                    whose pages may call ``mcpUrl``; default
+                                                    none (env: comma-separated; docs/mcp.md)
     secret_scanning_keys_url                        public keys of leaked-token reports
                         DEVYARD_SECRET_SCANNING_KEYS_URL  (POST /github_revoke, docs/security.md)
     blob_sweep_interval DEVYARD_BLOB_SWEEP_INTERVAL seconds between sweeps of expired assets,
@@ -167,6 +170,7 @@ class ServerConfig:
     # the edge's caps (issue 14 finding 9); the edge's own defaults are the same numbers
     max_connectors_per_tunnel: int = attrs.field(default=8, validator=attrs.validators.ge(1))
     max_streams_per_instance: int = attrs.field(default=16, validator=attrs.validators.ge(1))
+    mcp_allowed_origins: tuple[str, ...] = ()
     # where POST /github_revoke gets the public keys its reports are signed with
     secret_scanning_keys_url: str = "https://api.github.com/meta/public_keys/secret_scanning"  # noqa: S105
     # the asset sweep (blobs/service.py): how often, and how long what no row names is kept
@@ -358,6 +362,20 @@ def _positive_int(value: object) -> int:
     return number
 
 
+def _parse_origins(value: object) -> tuple[str, ...]:
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list | tuple):
+        raise ValueError(f"expected a list of origins, got {value!r}")
+    origins = []
+    for item in items:
+        origin = str(item).strip().rstrip("/")
+        parts = urlsplit(origin)
+        if parts.scheme not in ("http", "https") or not parts.netloc or parts.path:
+            raise ValueError(f"expected an origin like https://example.com, got {item!r}")
+        origins.append(origin)
+    return tuple(o for o in origins if o)
+
+
 def _positive_float(value: object) -> float:
     number = float(_number(value, float))
     if not 0 < number < float("inf"):
@@ -396,6 +414,7 @@ _PARSERS: Final[dict[str, Callable[[object], Any]]] = {
     "blob_orphan_grace": _non_negative_float,
     "billing.plans": lambda value: _list(value, "a list of plan tables"),
     "billing.default_plan": _str,
+    "mcp_allowed_origins": _parse_origins,
     "rate_limit.enabled": _bool,
     "rate_limit.rate": _positive_float,
     "rate_limit.burst": _positive_int,

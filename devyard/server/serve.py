@@ -157,6 +157,7 @@ async def _serve(
     from .api.serve import serve_api  # noqa: PLC0415 - the web stack loads only to serve
     from .deletion import OrganizationDeletion  # noqa: PLC0415
     from .instances import InstanceService, StoreInstanceDirectory  # noqa: PLC0415
+    from .mcp import McpService, StoreAssets  # noqa: PLC0415 - the mcp SDK loads only to serve
     from .tunnels import StoreTunnelDirectory, TunnelService  # noqa: PLC0415
 
     tokens = HostTokens(config.data_dir / HOST_TOKENS_FILE)
@@ -209,16 +210,6 @@ async def _serve(
                 config.link_listen.host, config.link_listen.port, ssl_context=_link_tls(config)
             )
             raw_link = advertised_raw_link(config, link_port)
-        gateway = InstanceGateway(
-            edge, directory, raw_link=raw_link, max_streams=config.max_streams_per_instance
-        )
-        if listeners is not None:
-            raw_routes: dict[str, RawRoute] = {
-                HOST_PATH: edge.serve_upgrade,
-                CONNECTOR_PATH: connectors.serve_upgrade,
-                INSTANCES_PREFIX: gateway.serve_upgrade,  # adb only, there
-            }
-            await nursery.start(serve_raw_links, listeners, raw_routes)
         state = api_state(
             store,
             config,
@@ -228,6 +219,28 @@ async def _serve(
             connectors=connectors,
         )
         edge.build_logs = _build_logs(store, config, state.assets.signer)  # docs/builds.md
+        mcp = McpService(
+            edge,
+            directory,
+            store,
+            StoreAssets(store, state.assets),
+            allowed_origins=config.mcp_allowed_origins,
+        )
+        await nursery.start(mcp.run)
+        gateway = InstanceGateway(
+            edge,
+            directory,
+            raw_link=raw_link,
+            max_streams=config.max_streams_per_instance,
+            mcp=mcp,
+        )
+        if listeners is not None:
+            raw_routes: dict[str, RawRoute] = {
+                HOST_PATH: edge.serve_upgrade,
+                CONNECTOR_PATH: connectors.serve_upgrade,
+                INSTANCES_PREFIX: gateway.serve_upgrade,  # adb only, there
+            }
+            await nursery.start(serve_raw_links, listeners, raw_routes)
         # deletions a crash interrupted finish now (they end instances on linked hosts)
         deletion = OrganizationDeletion(store, service, tunnel_service, state.assets)
         nursery.start_soon(deletion.resume_deletions)

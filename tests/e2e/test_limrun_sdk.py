@@ -91,10 +91,11 @@ async def test_android_create_wait_reuse_get_list_pages_delete(up: Up) -> None:
             status.api_url,
             status.adb_web_socket_url,
             status.endpoint_web_socket_url,
+            status.mcp_url,
         ):
             assert url is not None and iid in url, url
         # not advertised until served (issue 15); the SDK's model takes it as optional
-        assert status.mcp_url is None
+        assert status.mcp_url == f"{status.api_url}".removesuffix("api") + "mcp"
         prefix = f"{status.api_url}".removesuffix("api") + "ports/"
         assert status.target_http_port_url_prefix == prefix
 

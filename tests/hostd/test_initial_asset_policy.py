@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import logging
 import zipfile
 from collections.abc import AsyncIterator
@@ -18,11 +19,15 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 
 from devyard.hostd.drivers import DeviceSpec, Platform
 from devyard.hostd.drivers.virtual import VirtualDevice, open_virtual_device
+from devyard.hostd.endpoints.api_errors import RequestError
+from devyard.hostd.endpoints.device_api import ApiRequest, DeviceApi
 from devyard.hostd.fetch import FetchLimits
 from devyard.hostd.initial_assets import InitialAssetError, install_initial_assets
+from devyard.hostd.netdial import DeviceNetwork, assign
 from devyard.hostd.netpolicy import NetPolicy, parse_networks
 from tests.ports import free_port
 
@@ -193,3 +198,30 @@ async def test_signed_urls_stay_out_of_the_log(
     assert server.paths[0] == "/app.apk?signature=TOPSECRET"  # the signature was sent...
     assert caplog.records  # ...and something was logged, without it
     assert not [r for r in caplog.records if "TOPSECRET" in r.getMessage()]
+
+
+async def test_the_device_api_installs_from_a_url_under_the_same_policy(
+    device: VirtualDevice,
+) -> None:
+    """``POST {apiUrl}/apps`` with ``{"url"}`` (what MCP's install_app with a URL sends)."""
+
+    async def install(url: str) -> str:
+        body = trio.testing.MemoryReceiveStream()
+        body.put_data(json.dumps({"url": url}).encode())
+        body.put_eof()
+        request = {"method": "POST", "path": "/apps", "content_type": "application/json"}
+        try:
+            response = await DeviceApi(device).route(ApiRequest.from_open(request, body))
+        except RequestError as exc:
+            return exc.message
+        return str(json.loads(response.body)["id"])
+
+    server = Server()
+    async with trio.open_nursery() as nursery:
+        port = await _serve(nursery, server, MIRROR)
+        url = f"http://{MIRROR}:{port}/app.apk"
+        assert await install(url) == "could not download the app (not-allowed)"
+        assert server.paths == []  # refused before any connection
+        assign(device, DeviceNetwork(MIRROR_POLICY))
+        assert await install(url) == "com.acme.mirrored"
+        nursery.cancel_scope.cancel()

@@ -23,6 +23,7 @@ from PIL import Image
 from ..drivers._errors import AppNotFoundError, DeviceFileError, InstallError
 from ..drivers.base import Key, LogLevel, TouchAction
 from ..netdial import network_of
+from . import uiautomator as _uiautomator  # noqa: F401  (registers `uiautomator`)
 from .activity_commands import uid_of
 from .install_sessions import SESSION_VERBS, pm_session
 from .interpreter import (

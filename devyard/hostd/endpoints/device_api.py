@@ -8,11 +8,12 @@ one message ``{"status", "content_type"}`` followed by the response body until E
 Routes (docs/endpoints.md is the user's reference):
 
     GET    /                 describe
-    GET    /screenshot       PNG
+    GET    /screenshot       PNG (``format=jpeg``, ``maxEdge``, ``quality``: imaging.py)
+    GET    /ui               the element tree as JSON (drivers/uitree.py)
     POST   /input            {"type": "tap"|"swipe"|"touch"|"text"|"key"|"scroll"|"rotate", ...}
     POST   /open-url         {"url"}
     GET    /apps             installed apps
-    POST   /apps             install (the body is the .apk / .ipa)
+    POST   /apps             install (the body is the .apk / .ipa; or JSON {"url"})
     POST   /apps/{id}/launch, /apps/{id}/terminate; DELETE /apps/{id}
     POST   /shell            Android: {"command"} -> {"stdout", "stderr", "exitCode"}
     GET    /files?path=      pull (a directory gives its listing as JSON)
@@ -28,6 +29,7 @@ from a reason to the status a web API would use.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -55,7 +57,11 @@ from ..drivers import (
     ShellResult,
     TouchAction,
 )
+from ..drivers.uitree import UiTreeDevice, tree_json
+from ..fetch import FetchError, fetch
+from ..netdial import network_of
 from .api_errors import STATUS, Reason, RequestError, classify
+from .imaging import MIN_EDGE, transcode
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +205,12 @@ class DeviceApi:
             case [] if method == "GET":
                 return Response.of_json(_describe(self.device))
             case ["screenshot"] if method == "GET":
-                return Response(200, "image/png", await self.device.screenshot())
+                return await self._screenshot(req)
+            case ["ui"] if method == "GET":
+                device = self.device
+                if not isinstance(device, UiTreeDevice):
+                    raise RequestError(Reason.UNSUPPORTED, "this device lists no elements")
+                return Response.of_json(tree_json(await device.ui_tree()))
             case ["input"] if method == "POST":
                 await self._input(await req.json())
                 return Response.of_json({"ok": True})
@@ -247,10 +258,28 @@ class DeviceApi:
                         ]
                     }
                 )
-        known = {"", "screenshot", "input", "open-url", "apps", "shell", "files", "clipboard"}
+        known = {"", "screenshot", "ui", "input", "open-url", "apps", "shell", "files", "clipboard"}
         if (parts[:1] and parts[0] in known) or not parts:
             raise RequestError(Reason.METHOD_NOT_ALLOWED, f"{method} is not allowed on {req.path}")
         raise RequestError(Reason.NOT_FOUND, f"no device API route {req.path}")
+
+    async def _screenshot(self, req: ApiRequest) -> Response:
+        png = await self.device.screenshot()
+        fmt = req.arg("format", "png")
+        if fmt not in ("png", "jpeg"):
+            raise RequestError(Reason.BAD_REQUEST, "'format' must be png or jpeg")
+        max_edge = _int_arg(req, "maxEdge", 0) or None
+        quality = _int_arg(req, "quality", 80)
+        if max_edge is not None and max_edge < MIN_EDGE:
+            raise RequestError(Reason.BAD_REQUEST, f"'maxEdge' must be at least {MIN_EDGE}")
+        if not 1 <= quality <= 95:
+            raise RequestError(Reason.BAD_REQUEST, "'quality' must be within 1-95")
+        if fmt == "png" and max_edge is None:
+            return Response(200, "image/png", png)
+        data = await trio.to_thread.run_sync(
+            functools.partial(transcode, png, fmt=fmt, max_edge=max_edge, quality=quality)
+        )
+        return Response(200, f"image/{fmt}", data)
 
     async def _input(self, body: Mapping[str, Any]) -> None:
         kind = _field(body, "type", str)
@@ -294,13 +323,32 @@ class DeviceApi:
             )
 
     async def _install(self, req: ApiRequest) -> dict[str, Any]:
+        """The body is the app; or, as JSON ``{"url"}``, hostd downloads it first through the
+        device's network policy (fetch.py: what initial apps from a URL go through)."""
         info = self.device.describe()
         suffix = ".apk" if info.platform is Platform.ANDROID else ".ipa"
+        url = None
+        if req.content_type.split(";")[0].strip() == "application/json":
+            url = _field(await req.json(), "url", str)
         with tempfile.TemporaryDirectory(prefix="devyard-install-") as tmp:
             path = Path(tmp) / f"upload{req.arg('suffix', suffix)[-8:]}"
             async with await trio.open_file(path, "wb") as out:
-                async for chunk in req.chunks():
-                    await out.write(chunk)
+                if url is None:
+                    async for chunk in req.chunks():
+                        await out.write(chunk)
+                else:
+
+                    async def sink(data: bytes) -> None:
+                        await out.write(data)
+
+                    try:
+                        await fetch(url, sink, policy=network_of(self.device).policy)
+                    except FetchError as exc:
+                        log.info("install from a URL: %s (%s)", exc.failure.value, exc)
+                        raise RequestError(
+                            Reason.BAD_REQUEST,
+                            f"could not download the app ({exc.failure.value})",
+                        ) from None
             return _app(await self.device.install(path))
 
     async def _shell(self, body: Mapping[str, Any]) -> dict[str, Any]:

@@ -10,6 +10,8 @@ and carries the request over it:
     watch      HTTP GET, token in the query   -> the viewer page (served here)
     endpoint   WebSocket, token or ?token=    -> ``device-stream``: the browser stream, relayed
     adb        WebSocket, instance token (bearer) -> ``adb``: ADB bytes, spliced
+    mcp        HTTP, API key or instance token   -> the MCP server (server.mcp, docs/mcp.md),
+                                                   which checks its own credentials
 
 A ``?token=`` query parameter is read only on ``watch`` and ``endpoint`` (spec 2.1: query
 tokens belong to the stream URLs); ``api`` and ``adb`` take the bearer header only, so the
@@ -34,7 +36,7 @@ import contextlib
 import importlib.resources
 import json
 import logging
-from collections.abc import Iterable, Iterator, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, MutableMapping
 from typing import Any, Final
 
 import trio
@@ -131,12 +133,15 @@ class InstanceGateway:
         *,
         raw_link: str | None = None,
         max_streams: int = DEFAULT_MAX_STREAMS,
+        mcp: Callable[[MutableMapping[str, Any], Receive, Send], Awaitable[None]] | None = None,
     ) -> None:
         """*raw_link*: ``tcp://HOST:PORT`` (or ``tls://``) of the raw link port that the adb
         WebSocket names to clients, when there is one clients can reach. *max_streams*: open
         WebSockets (and raw adb connections) one instance may have; one more is refused
-        (429, ``too_many_streams``)."""
+        (429, ``too_many_streams``). *mcp*: the raw ASGI app of ``mcpUrl`` (server.mcp), which
+        authenticates its own requests (the organization API key, spec 5)."""
         self.edge = edge
+        self._mcp = mcp
         self.directory = directory
         self._viewer = _viewer_page()
         self._raw_link = raw_link
@@ -150,6 +155,9 @@ class InstanceGateway:
         return f"InstanceGateway({self.edge!r})"
 
     async def __call__(self, scope: MutableMapping[str, Any], receive: Receive, send: Send) -> None:
+        if self._mcp is not None and scope["type"] == "http" and _is_mcp(str(scope["path"])):
+            await self._mcp(scope, receive, send)
+            return
         if scope["type"] == "websocket":
             await self._websocket(scope, receive, send)
         elif scope["type"] == "http":
@@ -366,6 +374,11 @@ class InstanceGateway:
         while True:
             await trio.sleep(_TOUCH_EVERY_S)
             self.directory.touch(instance_id)
+
+
+def _is_mcp(path: str) -> bool:
+    parts = path[len(INSTANCES_PREFIX) :].strip("/").split("/")
+    return len(parts) == 2 and parts[1] == "mcp" and bool(parts[0])
 
 
 def _header(scope: MutableMapping[str, Any], name: bytes) -> str:

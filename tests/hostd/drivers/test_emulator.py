@@ -298,6 +298,18 @@ async def test_screenshot_and_frames(rig: Rig) -> None:
         rig.dev.frames(codec="h264")  # type: ignore[arg-type]
 
 
+async def test_the_element_tree_comes_through_uiautomator_dump(rig: Rig) -> None:
+    assert await rig.dev.ui_tree() == await rig.virtual.ui_tree()
+    await rig.virtual.launch("com.android.settings")
+    tree = await rig.dev.ui_tree()
+    assert tree == await rig.virtual.ui_tree() and tree.package == "com.android.settings"
+    request = ApiRequest.from_open(
+        {"method": "GET", "path": "/ui"}, trio.testing.MemoryReceiveStream()
+    )
+    response = await DeviceApi(rig.dev).route(request)
+    assert json.loads(response.body)["package"] == "com.android.settings"
+
+
 async def test_tap_touch_and_scroll_change_the_screen(rig: Rig) -> None:
     before = await rig.virtual.screenshot()
     await rig.dev.tap(0.3, 0.2)

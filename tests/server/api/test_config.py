@@ -120,3 +120,15 @@ def test_the_edge_caps_come_from_the_config(tmp_path: Path) -> None:
             )
     with pytest.raises(ValueError, match="max_connectors_per_tunnel"):
         ServerConfig(data_dir=tmp_path, max_connectors_per_tunnel=0)
+
+
+def test_mcp_refuses_browser_origins_unless_configured(tmp_path: Path) -> None:
+    assert load_server_config(flags={"data_dir": str(tmp_path)}).mcp_allowed_origins == ()
+    env = {"DEVYARD_MCP_ALLOWED_ORIGINS": "https://console.example, http://127.0.0.1:3000/"}
+    config = load_server_config(flags={"data_dir": str(tmp_path)}, env=env)
+    assert config.mcp_allowed_origins == ("https://console.example", "http://127.0.0.1:3000")
+    for bad in ("console.example", "https://console.example/path", "ftp://x"):
+        with pytest.raises(ConfigError, match="DEVYARD_MCP_ALLOWED_ORIGINS"):
+            load_server_config(
+                flags={"data_dir": str(tmp_path)}, env={"DEVYARD_MCP_ALLOWED_ORIGINS": bad}
+            )

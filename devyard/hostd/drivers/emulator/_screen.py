@@ -20,6 +20,7 @@ from ..base import (
     Codec,
     Frame,
 )
+from ..uitree import UiNode, UiTreeError, parse_uiautomator_xml
 from ._base import DeviceBase
 from .adb import AdbError
 from .parse import (
@@ -30,6 +31,7 @@ __all__ = ["ScreenMixin"]
 
 _IDLE_FRAME_POLL_S: Final = 0.1  # unchanged screen: screencap at most this often
 _JPEG_QUALITY: Final = 80
+_DUMP: Final = "/sdcard/window_dump.xml"  # where `uiautomator dump` writes by default
 
 
 def _encode_jpeg(png: bytes, max_size: int | None) -> tuple[bytes, int, int]:
@@ -52,6 +54,16 @@ class ScreenMixin(DeviceBase):
         except ValueError:
             raise AdbError(f"screencap gave no PNG: {result.text[:200]!r}") from None
         return png
+
+    async def ui_tree(self) -> UiNode:
+        """``uiautomator dump`` into a file, then read it (``/dev/tty`` does not print on
+        every Android release), parsed into the shared tree (`uitree.UiTreeDevice`)."""
+        self._check_open()
+        result = await self._shell(f"uiautomator dump {_DUMP} >/dev/null && cat {_DUMP}")
+        try:
+            return parse_uiautomator_xml(result.stdout)
+        except UiTreeError as exc:
+            raise AdbError(f"uiautomator dump: {exc}") from None
 
     def frames(
         self,

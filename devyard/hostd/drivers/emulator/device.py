@@ -13,6 +13,7 @@ an adb command against ``target.serial``, bounded by the config's timeouts (a ti
 | describe (cached) | ``getprop``, ``wm density``, ``settings get system user_rotation``, |
 | | and one ``screencap`` for the size as rotated |
 | screenshot | ``exec-out screencap -p`` (refreshes the cached size) |
+| ui_tree | ``uiautomator dump`` to its default file, then ``cat`` it; parsed (`uitree`) |
 | frames | a ``screencap`` per frame, re-encoded as JPEG by Pillow, sent when the picture changed |
 | tap / touch / scroll | ``input tap``; ``input swipe`` replayed when the pointer goes up |
 | key / text | ``input keyevent KEYCODE_*`` / ``input text`` (``%s`` for spaces) |

@@ -9,6 +9,7 @@ Public API (stable; the ADB device side and the per-instance services code again
         await dev.screenshot() -> bytes                   # PNG, byte-identical for same inputs
         dev.frames(codec=Codec.JPEG, max_fps=30, max_size=None) -> AsyncIterator[Frame]
         dev.request_keyframe() -> None
+        await dev.ui_tree() -> UiNode                     # the element tree (uitree.py)
         # input: coordinates normalized to [0, 1] of the rotated screen
         await dev.touch(pointer_id, TouchAction.DOWN|MOVE|UP|CANCEL, x, y)
         await dev.tap(x, y)
@@ -87,11 +88,13 @@ from ..base import (
     Rotation,
     TouchAction,
 )
+from ..uitree import UiNode
 from .apps import AppStore
 from .frames import LiveScreen
 from .models import android_properties, profile
 from .sandbox import Sandbox
 from .settings import AndroidSettings
+from .tree import tree_of
 from .ui import LogLines, Screen
 
 __all__ = ["DRIVER_NAME", "VirtualDevice", "open_virtual_device"]
@@ -227,6 +230,12 @@ class VirtualDevice:
     def request_keyframe(self) -> None:
         self._require_screen()
         self._live.request_keyframe()
+
+    async def ui_tree(self) -> UiNode:
+        """The screen's element tree (`uitree.UiTreeDevice`), from the current screen value."""
+        self._require_screen()
+        await trio.lowlevel.checkpoint()
+        return tree_of(self._live.screen)
 
     # -- input ------------------------------------------------------------------------------
     async def touch(self, pointer_id: int, action: TouchAction, x: float, y: float) -> None:

@@ -88,10 +88,9 @@ def _urls(instance: Instance, base: str, credential: str | None) -> dict[str, st
         urls["endpointWebSocketUrl"] = f"{ws}/endpoint"
         if credential is not None:
             urls["signedStreamUrl"] = f"{http}/watch?token={credential}"
+        urls["mcpUrl"] = f"{http}/mcp"  # server.mcp: the organization API key (spec 5)
         # {prefix}{port}/{path}: HTTP and WebSocket to a device port (docs/ports.md)
         urls["targetHttpPortUrlPrefix"] = f"{http}/ports/"
-        # mcpUrl (spec 2.1) appears once the gateway serves it (issue 15): a URL we hand out
-        # must work, and the SDKs treat it as optional.
     if instance.platform is Platform.ANDROID:
         urls["adbWebSocketUrl"] = f"{ws}/adb"
     return urls
