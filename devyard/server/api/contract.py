@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import zoneinfo
 from collections.abc import Mapping
 from importlib import resources
 from typing import Any, Final
@@ -39,10 +40,16 @@ MAX_NUMBER: Final = 2**63 - 1  # no field of the document holds more; the databa
 
 
 def load_document() -> dict[str, Any]:
-    """The packaged ``openapi.yaml`` as a JSON-compatible dict."""
+    """The packaged ``openapi.yaml`` as a JSON-compatible dict, with the IANA time zones this
+    server knows filled into the ``TimeZone`` schema's ``enum`` (``x-devyard-enum:
+    iana-timezones``): the document then says exactly which names a ``timezone`` takes, so
+    a schema-valid value is never refused."""
     text = resources.files(__package__).joinpath("openapi.yaml").read_text(encoding="utf-8")
     document = yaml.safe_load(text)
     assert isinstance(document, dict)
+    for schema in document.get("components", {}).get("schemas", {}).values():
+        if isinstance(schema, dict) and schema.get("x-devyard-enum") == "iana-timezones":
+            schema["enum"] = sorted(zoneinfo.available_timezones())
     return document
 
 
