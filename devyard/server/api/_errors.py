@@ -15,6 +15,7 @@ that shape:
     ├── Conflict                   409  conflict
     ├── PayloadTooLarge            413  payload_too_large
     ├── Unprocessable              422  unprocessable       well-formed but semantically rejected
+    ├── OverPlanLimit              429  plan_limit_reached  more at once than the plan allows
     ├── RateLimited                429  rate_limited        carries Retry-After
     ├── InternalError              500  internal_error
     ├── Unavailable                503  unavailable         carries Retry-After when known
@@ -45,6 +46,7 @@ __all__ = [
     "InternalError",
     "MethodNotAllowed",
     "NotFound",
+    "OverPlanLimit",
     "PayloadTooLarge",
     "RateLimited",
     "RetryableConflict",
@@ -128,6 +130,14 @@ class PayloadTooLarge(APIError):
 class Unprocessable(APIError):
     status = 422
     default_reason = "unprocessable"
+
+
+class OverPlanLimit(APIError):
+    """More instances at once than the organization's plan allows (docs/billing.md): 429, as
+    for any other limit, with no Retry-After (the slot frees when an instance ends)."""
+
+    status = 429
+    default_reason = "plan_limit_reached"
 
 
 class RateLimited(APIError):

@@ -153,8 +153,15 @@ class InstanceService:
 
     # -- creating --------------------------------------------------------------------------
     async def create(
-        self, organization: Organization, new: NewInstance, *, reuse: bool
+        self,
+        organization: Organization,
+        new: NewInstance,
+        *,
+        reuse: bool,
+        max_live: int | None = None,
     ) -> Instance:
+        """*max_live*: how many instances of the platform the organization's plan lets run at
+        once (None: no limit); the store checks it atomically (`LimitReached`)."""
         if organization.deleting:  # a deletion is under way; the store checks it again, atomically
             raise store_errors.OrganizationDeleting(organization.id)
         check_platform_fields(new.platform, new.spec)
@@ -190,6 +197,7 @@ class InstanceService:
                 display_name=new.display_name,
                 token=token,
                 stream_token=stream_token,
+                max_live=max_live,
             )
             self._reserved[instance.id] = self._reserved.pop(hold)
         finally:

@@ -525,8 +525,10 @@ class Store(AccountStore, Protocol):
         display_name: str | None,
         token: str,
         stream_token: str,
+        max_live: int | None = None,
     ) -> Instance:
-        """A new instance in state ``creating``, id ``<platform>_<region>_<ulid>``."""
+        """A new instance in state ``creating``, id ``<platform>_<region>_<ulid>``;
+        `LimitReached` when *max_live* instances of the platform are live already."""
 
     async def get_instance(self, instance_id: str, *, org_id: str | None = None) -> Instance:
         """``org_id`` limits the lookup to one organization (another's is NotFound)."""

@@ -45,6 +45,16 @@ class Conflict(StoreError):
         self.field = field
 
 
+class LimitReached(StoreError):
+    """A create that would run more instances of a platform at once than the organization's
+    plan allows (``limit``); checked in the insert's own transaction."""
+
+    def __init__(self, platform: str, limit: int) -> None:
+        super().__init__(f"{limit} {platform} instances are running already")
+        self.platform = platform
+        self.limit = limit
+
+
 class OrganizationDeleting(StoreError):
     """A create in an organization whose deletion is under way (it ends everything of it):
     not a `Conflict`, so no handler mistakes it for a taken name."""

@@ -24,7 +24,7 @@ from .base import (
     TerminationReason,
 )
 from .database import Database, Dialect, Row, Tx, as_datetime
-from .errors import Conflict, NotFound
+from .errors import Conflict, LimitReached, NotFound
 from .ids import new_ulid
 from .org_guard import require_live_organization
 from .usage import record_usage
@@ -113,6 +113,7 @@ class SqlInstances:
         display_name: str | None,
         token: str,
         stream_token: str,
+        max_live: int | None = None,
     ) -> Instance:
         instance = Instance(
             id=f"{platform.value}_{region}_{new_ulid()}",
@@ -129,7 +130,19 @@ class SqlInstances:
         )
 
         def create(tx: Tx) -> None:
-            require_live_organization(tx, org_id)
+            if max_live is not None and tx.dialect is Dialect.POSTGRESQL:
+                # the plan's limit: creates of one organization queue on its row (taken for
+                # update first: upgrading the guard's share lock would deadlock two creates)
+                tx.execute("SELECT id FROM organizations WHERE id = :id FOR UPDATE", {"id": org_id})
+            require_live_organization(tx, org_id)  # locks the organization row on PostgreSQL
+            if max_live is not None:
+                row = tx.fetchone(
+                    "SELECT COUNT(*) AS n FROM instances WHERE org_id = :org_id"
+                    " AND platform = :platform AND state <> :terminated",
+                    {"org_id": org_id, "platform": platform, "terminated": "terminated"},
+                )
+                if row is not None and int(row["n"]) >= max_live:
+                    raise LimitReached(str(platform), max_live)
             tx.execute(
                 f"INSERT INTO instances ({_COLUMNS}, labels_key) VALUES (:id, :org_id,"  # noqa: S608
                 " :platform, :region, NULL, :display_name, :labels, :spec, :state, NULL, NULL,"

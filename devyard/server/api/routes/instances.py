@@ -35,6 +35,7 @@ from .._errors import (
     APIError,
     BadRequest,
     NotFound,
+    OverPlanLimit,
     RetryableConflict,
     Unprocessable,
     from_tunnel_rejected,
@@ -211,7 +212,18 @@ async def create_instance() -> Response:
             new.spec.get("model"),
             iphone_duo_enabled=caller.organization.settings.iphone_duo_enabled,
         )
-        instance = await service.create(caller.organization, new, reuse=bool_param("reuseIfExists"))
+        plan = state().config.billing.default  # the organization's plan (docs/billing.md)
+        instance = await service.create(
+            caller.organization,
+            new,
+            reuse=bool_param("reuseIfExists"),
+            max_live=plan.limit(new.platform.value),
+        )
+    except store_errors.LimitReached as exc:
+        raise OverPlanLimit(
+            f"the {plan.name} plan ({plan.tid}) allows {exc.limit} {exc.platform} instances at"
+            " once: delete one, or move to a plan with more (GET /organizations/{id}/plans)"
+        ) from exc
     except DurationTooLong as exc:
         raise Unprocessable(str(exc), reason="duration_too_long") from exc
     except InvalidDuration as exc:
