@@ -11,7 +11,6 @@ PostgreSQL must share the key file (docs/accounts.md).
 from __future__ import annotations
 
 import base64
-import os
 import secrets
 from pathlib import Path
 from typing import Final
@@ -19,6 +18,8 @@ from typing import Final
 import trio
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from ..keyfile import load_or_create_key
 
 __all__ = ["KEY_FILE", "SecretBox", "SecretBoxError", "load_secret_box"]
 
@@ -56,19 +57,7 @@ class SecretBox:
 
 
 def _load_key(data_dir: Path) -> bytes:
-    path = data_dir / KEY_FILE
-    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        key = bytes.fromhex(path.read_text().strip())
-        if len(key) != _KEY_BYTES:
-            raise ValueError(f"{path}: expected {_KEY_BYTES} hex-encoded bytes") from None
-        return key
-    key = secrets.token_bytes(_KEY_BYTES)
-    with os.fdopen(fd, "w") as file:
-        file.write(key.hex() + "\n")
-    return key
+    return load_or_create_key(data_dir / KEY_FILE, _KEY_BYTES)
 
 
 async def load_secret_box(data_dir: Path) -> SecretBox:

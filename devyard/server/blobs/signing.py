@@ -13,11 +13,11 @@ from __future__ import annotations
 import enum
 import hashlib
 import hmac
-import os
-import secrets
 from pathlib import Path
 from typing import Final
 from urllib.parse import urlencode
+
+from ..keyfile import load_or_create_key
 
 __all__ = [
     "BLOB_PATH_PREFIX",
@@ -82,16 +82,4 @@ class UrlSigner:
 
 def load_signing_key(data_dir: Path) -> bytes:
     """The key in *data_dir*, created (0600, exclusively) when missing. Blocking (start-up)."""
-    path = data_dir / SIGNING_KEY_FILE
-    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        key = bytes.fromhex(path.read_text().strip())
-        if len(key) != _KEY_BYTES:
-            raise ValueError(f"{path}: expected {_KEY_BYTES} hex-encoded bytes") from None
-        return key
-    key = secrets.token_bytes(_KEY_BYTES)
-    with os.fdopen(fd, "w") as file:
-        file.write(key.hex() + "\n")
-    return key
+    return load_or_create_key(data_dir / SIGNING_KEY_FILE, _KEY_BYTES)
