@@ -93,3 +93,24 @@ async def test_tools_commands_through_devyard_adb_connect(
         assert refused.status != 0
         assert "INSTALL_FAILED_INVALID_APK" in refused.out + refused.err
         assert "com.example.stray" not in {app.app_id for app in await device.list_apps()}
+
+
+async def test_uiautomator_dump_and_pull_through_devyard_adb_connect(
+    rig: Rig, adb: AdbClient, tmp_path: Path
+) -> None:
+    """What Appium and agents do for the element tree: ``adb shell uiautomator dump``, then
+    ``adb pull`` of the file it names; the XML has the real attributes and the device's
+    foreground app."""
+    async with connected(rig, adb) as (serial, device):
+        adb.serial = serial
+        await adb.run("shell", "am", "start", "-n", "com.android.settings/.Settings")
+        dumped = (await adb.run("shell", "uiautomator", "dump")).out
+        assert "UI hierchary dumped to: /sdcard/window_dump.xml" in dumped  # (sic, as Android)
+        local = tmp_path / "window_dump.xml"
+        await adb.run("pull", "/sdcard/window_dump.xml", str(local))
+        xml = local.read_text()
+        assert xml.startswith("<?xml") and "<hierarchy" in xml
+        for attribute in ("bounds=", "resource-id=", "content-desc=", "clickable=", "class="):
+            assert attribute in xml, attribute
+        assert 'package="com.android.settings"' in xml
+        assert device.foreground_app() == "com.android.settings"
