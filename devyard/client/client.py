@@ -16,6 +16,7 @@ import enum
 import json
 import random
 from collections.abc import AsyncIterable, Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Final
 from urllib.parse import quote
 
@@ -24,6 +25,7 @@ import httpx
 import trio
 
 from .. import __version__
+from ..core.tls import client_context
 from ._errors import ResponseError, TransportError, error_for_status
 from .models import (
     ApiKey,
@@ -94,14 +96,23 @@ class AsyncClient:
         timeout: float = DEFAULT_TIMEOUT,
         retry: RetryPolicy = RetryPolicy(),
         transport: httpx.AsyncBaseTransport | None = None,
+        ca_file: Path | None = None,
+        http2: bool = True,
     ) -> None:
+        """*ca_file*: a CA trusted for an https server besides the system's (``devyard up
+        --tls``'s, docs/tls.md); *http2*: HTTP/2 where the server offers it by ALPN."""
         headers = {"User-Agent": f"devyard-python/{__version__}", "Accept": "application/json"}
         if api_key is not None:
             headers["Authorization"] = f"Bearer {api_key}"
         self.base_url: Final = base_url.rstrip("/")
         self._retry = retry
         self._http = httpx.AsyncClient(
-            base_url=self.base_url, headers=headers, timeout=timeout, transport=transport
+            base_url=self.base_url,
+            headers=headers,
+            timeout=timeout,
+            transport=transport,
+            verify=client_context(ca_file),
+            http2=http2,
         )
 
     def __repr__(self) -> str:

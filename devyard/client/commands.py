@@ -33,6 +33,9 @@ __all__ = [
 
 from .profiles import DEFAULT_BASE_URL, ENV_API_KEY, ENV_BASE_URL, ENV_PROFILE
 
+#: a CA to trust besides the system's, for a server with a private one (devyard up --tls)
+ENV_CA_FILE: Final = "DEVYARD_CA_FILE"
+
 Handler = Callable[["AsyncClient", argparse.Namespace, TextIO], Awaitable[None]]
 
 #: Exit codes of the API commands (docs/cli.md): scripts can tell these apart.
@@ -138,7 +141,8 @@ def _run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     handler: Handler = args.handler
 
     async def main() -> None:
-        async with AsyncClient(base_url, api_key) as client:
+        ca_file = Path(env[ENV_CA_FILE]) if env.get(ENV_CA_FILE) else None  # docs/tls.md
+        async with AsyncClient(base_url, api_key, ca_file=ca_file) as client:
             await handler(client, args, sys.stdout)
 
     try:

@@ -243,11 +243,14 @@ async def test_a_link_without_the_ca_is_refused_by_verification(up: TlsUp) -> No
             pass  # pragma: no cover - the handshake fails first
 
 
-async def test_host_daemons_link_over_wss_and_raw_tls_with_their_ca_file(tmp_path: Path) -> None:
+async def test_hosts_and_a_connector_link_over_wss_and_raw_tls_with_their_ca_file(
+    tmp_path: Path,
+) -> None:
     from devyard.server.api.serve import BoundServer  # noqa: PLC0415
+    from devyard.server.bootstrap import bootstrap_organization  # noqa: PLC0415
     from devyard.server.config import ListenAddress, ServerConfig  # noqa: PLC0415
     from devyard.server.edge import HOST_TOKENS_FILE, Edge, create_host_token  # noqa: PLC0415
-    from devyard.server.serve import serve_server  # noqa: PLC0415
+    from devyard.server.serve import open_configured_store, serve_server  # noqa: PLC0415
 
     from ._cli import DEVYARD  # noqa: PLC0415
 
@@ -263,6 +266,8 @@ async def test_host_daemons_link_over_wss_and_raw_tls_with_their_ca_file(tmp_pat
         link_tls_key=files.key,
     )
     server_dir.mkdir(mode=0o700)
+    async with open_configured_store(config) as store:
+        org = await bootstrap_organization(store, org_name="tls-org", user_name="tls-admin")
     tokens = []
     for name in ("wss", "tls"):
         _, token = create_host_token(server_dir / HOST_TOKENS_FILE)
@@ -282,6 +287,26 @@ async def test_host_daemons_link_over_wss_and_raw_tls_with_their_ca_file(tmp_pat
         try:
             await eventually(lambda: len(edge.hosts()) == 2, seconds=60)
             assert sorted(h.region for h in edge.hosts()) == ["tls", "wss"]
+            # a connector holds a tunnel over the raw TLS link port too
+            async with httpx.AsyncClient(
+                base_url=bound.local_url, verify=client_context(files.ca_cert), timeout=30,
+                headers={"Authorization": f"Bearer {org.plaintext_key}"},
+            ) as http:  # fmt: skip
+                made = await http.post(
+                    "/v1/tunnels", json={"name": "raw-tls", "selectors": ["intranet.example:80"]}
+                )
+                assert made.status_code == 200, made.text
+                (tmp_path / "tunnel.token").write_text(made.json()["token"] + "\n")
+                argv = [*DEVYARD, "connector", "run", "--server", bound.local_url, "--link",
+                        f"tls://127.0.0.1:{bound.link_port}", "--ca-file", str(files.ca_cert),
+                        "--token-file", str(tmp_path / "tunnel.token")]  # fmt: skip
+                processes.append(await trio.lowlevel.open_process(argv, env=clean_env()))
+
+                async def online() -> bool:
+                    got = await http.get("/v1/tunnels/raw-tls")
+                    return bool(got.json()["status"] == "online")
+
+                await until(online, seconds=60)
         finally:
             for process in processes:
                 process.send_signal(signal.SIGINT)
@@ -439,3 +464,23 @@ async def test_a_websocket_runs_over_http2_extended_connect(up: TlsUp) -> None:
         )
     assert code == 200
     assert frame[:2] == bytes([0x8A, len(b"devyard")]) and frame[2:9] == b"devyard"  # the pong
+
+
+async def test_the_python_client_speaks_http2_and_the_cli_trusts_devyard_ca_file(
+    up: TlsUp, tmp_path: Path
+) -> None:
+    from devyard.client import AsyncClient  # noqa: PLC0415
+
+    from ._cli import run  # noqa: PLC0415
+
+    async with AsyncClient(up.url, up.key, ca_file=up.ca) as client:
+        with trio.fail_after(30):
+            await client.request("GET", "/whoami")
+        pool = client._http._transport._pool  # type: ignore[attr-defined]  # httpcore's pool
+        assert any("HTTP/2" in connection.info() for connection in pool.connections)
+    env = clean_env(DEVYARD_BASE_URL=up.url, DEVYARD_API_KEY=up.key)
+    with trio.fail_after(60):
+        untrusted = await run(["whoami"], env, tmp_path)
+        trusted = await run(["whoami"], {**env, "DEVYARD_CA_FILE": str(up.ca)}, tmp_path)
+    assert untrusted.returncode != 0 and b"Traceback" not in untrusted.stderr
+    assert trusted.returncode == 0, trusted.stderr
