@@ -187,15 +187,19 @@ class WhoAmI:
     organization: Organization
     role: Role
     api_key: ApiKey
+    # which credential made the request: {kind: apiKey|scopedToken|session, id, ...}
+    credential: dict[str, Any] = attrs.field(factory=dict)
 
     @classmethod
     def from_json(cls, data: object) -> WhoAmI:
         d = _obj(data, "WhoAmI")
+        credential = d.get("credential")
         return cls(
             user=User.from_json(d.get("user")),
             organization=Organization.from_json(d.get("organization")),
             role=_role(d, "WhoAmI"),
             api_key=ApiKey.from_json(d.get("apiKey")),
+            credential=dict(credential) if isinstance(credential, dict) else {},
         )
 
 
