@@ -132,6 +132,8 @@ IMPORT_NAMES: Mapping[str, str] = {
     "pillow": "PIL",
     "httpx": "httpx",
     "prometheus-client": "prometheus_client",
+    "dnspython": "dns",
+    "mcp-types": "mcp_types",
 }
 
 #: Where each install's code lives ("" is `pip install devyard`, the connector).
