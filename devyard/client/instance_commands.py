@@ -97,10 +97,13 @@ async def _create(client: AsyncClient, args: argparse.Namespace, out: TextIO) ->
     if not args.rm:
         return
     instance_id = created["metadata"]["id"]
-    print(f"{instance_id} is ready; Ctrl-C (or SIGTERM) deletes it", file=sys.stderr, flush=True)
     import signal  # noqa: PLC0415
 
+    # the receiver first, then the message: a Ctrl-C right after it must delete, not kill
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        print(
+            f"{instance_id} is ready; Ctrl-C (or SIGTERM) deletes it", file=sys.stderr, flush=True
+        )
         async for _ in signals:
             break
     with trio.CancelScope(shield=True), trio.move_on_after(30):
