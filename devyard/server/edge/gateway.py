@@ -66,6 +66,7 @@ from .asgi_stream import ASGIWebSocketStream, Receive, Send
 from .cdp import CDP_ENDPOINT, is_discovery, serve_discovery
 from .links import Edge
 from .ports import PORTS, PortProxy
+from .ports import PortRefused as _Refused  # one HTTP refusal for the edge's routes
 
 log = logging.getLogger(__name__)
 
@@ -111,16 +112,6 @@ _VIEWER_HEADERS: Final = [
 
 def _viewer_page() -> bytes:
     return importlib.resources.files(__package__).joinpath("viewer.html").read_bytes()
-
-
-class _Refused(Exception):
-    """The gateway's HTTP refusal (this is the HTTP boundary)."""
-
-    def __init__(self, status: int, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.reason = reason
-        self.message = message
 
 
 class InstanceGateway:
