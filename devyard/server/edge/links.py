@@ -207,9 +207,6 @@ class Edge:
         previous = self._links.get(host_id)
         if previous is not None:  # the same host again: the new link replaces the old
             previous.closed.set()
-        scope = self._grace_scopes.pop(host_id, None)
-        if scope is not None:
-            scope.cancel()
         instances = hello.get("instances")
         reported = frozenset(str(i) for i in instances) if isinstance(instances, list) else None
         link = _Link(
@@ -219,11 +216,18 @@ class Edge:
             info=info,
             running=set(reported or ()),
         )
-        self._links[host_id] = link
-        log.info("host %s (%s, %s) registered", host_id, info.name, info.region)
         try:
-            await self._events.send(HostRegistered(host_id, reported, trio.current_time()))
+            # `registered` goes out before the link is published: once it is in `_links` a
+            # create may send `instance_start` on this control stream, and the host must read
+            # `registered` first (a create racing the registration reached the host first).
             await control.send({"type": "registered", "host_id": host_id, **SERVER_VERSION})
+            self._links[host_id] = link
+            # after publishing: the replaced link's cleanup may have started a grace meanwhile
+            scope = self._grace_scopes.pop(host_id, None)
+            if scope is not None:
+                scope.cancel()
+            log.info("host %s (%s, %s) registered", host_id, info.name, info.region)
+            await self._events.send(HostRegistered(host_id, reported, trio.current_time()))
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._receive_loop, link, nursery.cancel_scope)
                 nursery.start_soon(self._accept_streams, link)
@@ -304,11 +308,12 @@ class Edge:
                 self._start_grace(host_id)
 
     def _start_grace(self, host_id: str) -> None:
-        self._grace_scopes[host_id] = trio.CancelScope()
-        self._nursery.start_soon(self._grace_timer, host_id)
+        scope = self._grace_scopes[host_id] = trio.CancelScope()
+        self._nursery.start_soon(self._grace_timer, host_id, scope)
 
-    async def _grace_timer(self, host_id: str) -> None:
-        scope = self._grace_scopes[host_id]
+    async def _grace_timer(self, host_id: str, scope: trio.CancelScope) -> None:
+        # the scope is an argument: the host may be back (and the scope popped and cancelled)
+        # before this task first runs
         with scope:
             await trio.sleep(self.grace)
             if self._grace_scopes.get(host_id) is scope:

@@ -13,6 +13,9 @@ import pytest
 import trio
 import trio_websocket
 
+from devyard.core import ControlChannel, open_session
+from devyard.core.link import HOST_PATH, PROTO
+from devyard.core.transports import link_url, open_transport
 from devyard.hostd.daemon import HostdConfig, PermanentLinkError, serve_hostd
 from devyard.hostd.supervisor import Supervisor
 from devyard.server.api.serve import BoundServer
@@ -217,3 +220,45 @@ async def _bad_token_is_401_and_permanent(tmp_path: Path) -> None:
         assert rejected.value.status_code == 401
         with trio.fail_after(10), pytest.raises(PermanentLinkError, match="401"):
             await serve_hostd(config)
+
+
+async def test_registered_reaches_the_host_before_any_order(tmp_path: Path) -> None:
+    """A create placed on a host the moment it is listed must not overtake ``registered`` on
+    the control stream: a host reads ``registered`` first or drops the link ("expected
+    registered, got instance_start", seen once under load)."""
+    async with open_server(tmp_path) as rig, trio.open_nursery() as nursery:
+
+        async def order_on_registration() -> None:
+            # what a create does: place on a host the moment `hosts()` lists it
+            while not rig.edge.hosts():
+                await trio.lowlevel.checkpoint()
+            await rig.edge.start_instance(rig.host_id, _order("android_local_1"))
+
+        nursery.start_soon(order_on_registration)
+        hello = {
+            "type": "hello",
+            "proto": PROTO,
+            "role": "host",
+            "id": "raw-host",
+            "version": "0",
+            "hostname": "raw-host",
+            "region": "local",
+            "capacity": 1,
+            "platforms": ["android"],
+            "drivers": ["virtual"],
+            "instances": [],
+        }
+        url = link_url(rig.bound.local_url, HOST_PATH)
+        headers = [(b"authorization", f"Bearer {rig.token}".encode())]
+        with trio.fail_after(10):
+            async with (
+                open_transport(url, extra_headers=headers) as transport,
+                open_session(transport, client=True) as session,
+            ):
+                control = ControlChannel(await session.open_stream())
+                await control.send(hello)
+                first = await control.receive()
+                second = await control.receive()
+        assert first["type"] == "registered"
+        assert second["type"] == "instance_start"
+        assert second["order"]["instance_id"] == "android_local_1"
