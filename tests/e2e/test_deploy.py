@@ -19,6 +19,7 @@ import trio
 from tests.polling import until
 
 from ._cli import clean_env, start
+from .conftest import ConnectorBuild
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -65,18 +66,17 @@ def test_the_containerfile_installs_extras_that_exist() -> None:
 
 
 @pytest.mark.slow
-async def test_the_single_file_connector_starts_and_holds_a_tunnel(tmp_path: Path) -> None:
-    """Built here with PyInstaller (minutes on a busy 2-core machine), then run like a
-    customer would: --version, and a tunnel held against a real ``devyard up``."""
-    with trio.fail_after(900):
-        built = await trio.run_process(
-            [str(ROOT / "scripts" / "build-connector"), str(tmp_path / "dist")],
-            capture_stdout=True, capture_stderr=True, check=False,
-            env={**clean_env(), "PYTHON": sys.executable},
-        )  # fmt: skip
+@pytest.mark.timeout(1500)  # run alone, the test waits for the whole build
+async def test_the_single_file_connector_starts_and_holds_a_tunnel(
+    tmp_path: Path, connector_build: ConnectorBuild
+) -> None:
+    """Built with PyInstaller (minutes on a busy 2-core machine; started in the background when
+    collection ends, tests/e2e/conftest.py), then run like a customer would: --version, and a
+    tunnel held against a real ``devyard up``."""
+    built = connector_build
     assert built.returncode == 0, built.stderr.decode()[-3000:]
     assert re.search(rb"built .*devyard-connector: \d+ KiB, --version in \d+ ms", built.stdout)
-    exe = tmp_path / "dist" / "devyard-connector"
+    exe = built.executable
     with trio.fail_after(60):
         version = await trio.run_process([str(exe), "--version"], capture_stdout=True)
     assert version.stdout.startswith(b"devyard-connector "), version
