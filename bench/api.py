@@ -5,11 +5,17 @@ temporary data dir, or a database of a throwaway PostgreSQL cluster), bootstrapp
 `devyard admin bootstrap`. This process is the load: `--concurrency` trio tasks on one
 keep-alive connection each, for `--duration` seconds per figure after a short warm-up.
 
-Figures per backend: `whoami_rps` (GET /whoami: key lookup, membership, user, organization)
-and `list_api_keys_rps` (GET /organizations/{id}/apiKeys with `--keys` keys listed), counting
-200 answers only; any other answer is counted in `errors`. The rate limiter stays on, with a
-limit the load cannot reach, so its cost is in the figures. The last line printed is one JSON
-object: {"bench": "api", "results": {"sqlite": {...}, "postgres": {...}}, "tls": {...}, ...}.
+Figures per backend: `livez_rps` (GET /livez: no key, no store: the framework and the
+pipeline alone), `whoami_rps` (GET /whoami: key lookup, membership, user, organization),
+`list_instances_rps` (GET /v1/android_instances, a page of this server's instances: none, it
+has no hosts; the key and one list read) and `list_api_keys_rps` (GET
+/organizations/{id}/apiKeys with `--keys` keys listed), counting 200 answers only; any other
+answer is counted in `errors`. Ratios: `whoami_over_livez` and `list_instances_over_livez`
+(issue 21's targets: >= 0.8 and >= 0.5). The ``asgi`` row is a bare ASGI hello-world on the
+same Hypercorn trio worker (`--asgi`, on by default), so the framework's share is visible.
+The rate limiter stays on, with a limit the load cannot reach, so its cost is in the figures.
+The last line printed is one JSON object:
+{"bench": "api", "results": {"sqlite": {...}, "postgres": {...}}, "tls": {...}, ...}.
 
 `--tls` (on by default; `--no-tls` skips it) adds the ``tls`` row: a SQLite server with TLS on
 (its own CA, `tls_self_signed`), GET /whoami from `--tls-concurrency` (50) concurrent clients
@@ -23,9 +29,11 @@ import argparse
 import json
 import os
 import platform
+import re
 import signal
 import ssl
 import statistics
+import subprocess
 import sys
 import tempfile
 from contextlib import ExitStack
@@ -155,18 +163,78 @@ async def _measure(store_flags: list[str], args: argparse.Namespace) -> dict[str
                         f"/organizations/{org_id}/apiKeys", json={"name": f"k{i}"}
                     )
                     made.raise_for_status()
-            whoami = await _load(url, key, "/whoami", args.concurrency, args.duration)
-            listing = await _load(
-                url, key, f"/organizations/{org_id}/apiKeys", args.concurrency, args.duration
-            )
+            n, seconds = args.concurrency, args.duration
+            livez = await _load(url, key, "/livez", n, seconds)
+            whoami = await _load(url, key, "/whoami", n, seconds)
+            instances = await _load(url, key, "/v1/android_instances", n, seconds)
+            listing = await _load(url, key, f"/organizations/{org_id}/apiKeys", n, seconds)
         finally:
             await _stop(process)
             nursery.cancel_scope.cancel()
     return {
+        "livez_rps": livez["rps"],
         "whoami_rps": whoami["rps"],
+        "list_instances_rps": instances["rps"],
         "list_api_keys_rps": listing["rps"],
-        "errors": whoami["errors"] + listing["errors"],
+        "whoami_over_livez": _ratio(whoami["rps"], livez["rps"]),
+        "list_instances_over_livez": _ratio(instances["rps"], livez["rps"]),
+        "errors": livez["errors"] + whoami["errors"] + instances["errors"] + listing["errors"],
     }
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return round(a / b, 3) if b else None
+
+
+# A bare ASGI app on the same Hypercorn trio worker the server uses: what the framework and
+# devyard's pipeline cost on top of it is /livez's distance from this.
+_HELLO = """
+import sys, trio
+from hypercorn.config import Config
+from hypercorn.trio import serve
+
+async def app(scope, receive, send):
+    if scope["type"] == "lifespan":
+        while True:
+            message = await receive()
+            await send({"type": message["type"] + ".complete"})
+            if message["type"] == "lifespan.shutdown":
+                return
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"application/json")]})
+    await send({"type": "http.response.body", "body": b'{"status":"ok"}'})
+
+async def main():
+    config = Config()
+    config.bind = ["127.0.0.1:0"]
+    config.accesslog = None
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(serve, app, config)
+        print("serving at", binds[0], flush=True)
+
+trio.run(main)
+"""
+
+
+async def _measure_asgi(args: argparse.Namespace) -> dict[str, Any]:
+    async with trio.open_nursery() as nursery:
+        process = await trio.lowlevel.open_process(
+            [sys.executable, "-c", _HELLO], stdout=subprocess.PIPE
+        )
+        assert process.stdout is not None
+        buffer = b""
+        with trio.fail_after(30):
+            while (match := re.search(rb"serving at (http://\S+)", buffer)) is None:
+                chunk = await process.stdout.receive_some(4096)
+                if not chunk:
+                    raise RuntimeError("the ASGI hello-world exited before serving")
+                buffer += chunk
+        try:
+            hello = await _load(match.group(1).decode(), "-", "/", args.concurrency, args.duration)
+        finally:
+            await _stop(process)
+            nursery.cancel_scope.cancel()
+    return {"hello_rps": hello["rps"], "errors": hello["errors"]}
 
 
 def main(argv: list[str]) -> int:
@@ -184,6 +252,12 @@ def main(argv: list[str]) -> int:
         help="the tls row: HTTP/1.1 against HTTP/2 over TLS (default on)",
     )
     parser.add_argument("--tls-concurrency", type=int, default=50)
+    parser.add_argument(
+        "--asgi",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the asgi row: a bare ASGI hello-world on the same Hypercorn worker (default on)",
+    )
     args = parser.parse_args(argv)
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     if not set(backends) <= {"sqlite", "postgres"} or args.duration <= 0 or args.keys < 1:
@@ -201,12 +275,19 @@ def main(argv: list[str]) -> int:
                     continue
                 flags += ["--database-url", url]
             results[backend] = trio.run(_measure, flags, args)
+            row = results[backend]
             print(
-                f"{backend:>8}: GET /whoami {results[backend]['whoami_rps']:>8.1f} req/s   "
-                f"GET .../apiKeys ({args.keys} keys) {results[backend]['list_api_keys_rps']:>8.1f}"
-                f" req/s   errors {results[backend]['errors']}",
+                f"{backend:>8}: GET /livez {row['livez_rps']:>8.1f}   /whoami"
+                f" {row['whoami_rps']:>8.1f} ({row['whoami_over_livez']}x)   instances page"
+                f" {row['list_instances_rps']:>8.1f} ({row['list_instances_over_livez']}x)"
+                f"   .../apiKeys ({args.keys} keys) {row['list_api_keys_rps']:>8.1f} req/s"
+                f"   errors {row['errors']}",
                 flush=True,
             )
+        asgi = None
+        if args.asgi:
+            asgi = trio.run(_measure_asgi, args)
+            print(f"    asgi: bare hello-world {asgi['hello_rps']:>8.1f} req/s", flush=True)
         tls = None
         if args.tls:
             data_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-api-tls-"))
@@ -221,6 +302,7 @@ def main(argv: list[str]) -> int:
         "bench": "api",
         "results": results,
         "tls": tls,
+        "asgi": asgi,
         "config": {
             "duration_s": args.duration,
             "concurrency": args.concurrency,
@@ -230,7 +312,7 @@ def main(argv: list[str]) -> int:
         },
     }
     print(json.dumps(summary))
-    failed = any(r is not None and r["errors"] for r in [*results.values(), tls])
+    failed = any(r is not None and r["errors"] for r in [*results.values(), tls, asgi])
     return 1 if failed else 0
 
 

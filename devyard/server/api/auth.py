@@ -36,7 +36,7 @@ from ..accounts import sessions
 from ..store import errors as store_errors
 from ..store import tokens
 from ..store.accounts import BrowserSession
-from ..store.base import ApiKey, Organization, Role, ScopedToken, Store, User
+from ..store.base import ApiKey, KeyContext, Organization, Role, ScopedToken, Store, User
 from ._errors import Forbidden, Unauthorized
 from .scopes import Scope, Template, allows, parse_scope
 
@@ -155,15 +155,14 @@ class Authenticator:
         if lookup_id is None:
             raise Unauthorized("invalid API key")
         try:
-            credential = await self._store.get_api_key_by_lookup(lookup_id)
+            # the key, its user's role now, the user and the organization: one store read
+            context = await self._store.get_api_key_context(lookup_id=lookup_id)
         except store_errors.NotFound:
             raise Unauthorized("invalid API key") from None
-        if not tokens.verify_api_key(plaintext, credential.secret_hash):
+        if not tokens.verify_api_key(plaintext, context.credential.secret_hash):
             raise Unauthorized("invalid API key")
-        key = credential.api_key
-        principal = await self._principal(key)
-        await self._maybe_touch(key.id)
-        return principal
+        await self._maybe_touch(context.credential.api_key.id)
+        return _principal(context)
 
     async def authenticate_session(self, cookie: str) -> Principal:
         """A browser session's cookie (`accounts.sessions`): it acts as the key it was made
@@ -179,10 +178,12 @@ class Authenticator:
             raise Unauthorized("invalid or expired session")
         session = credential.session
         try:
-            key = await self._store.get_api_key(session.org_id, session.api_key_id)
+            context = await self._store.get_api_key_context(
+                org_id=session.org_id, key_id=session.api_key_id
+            )
         except store_errors.NotFound:
             raise Unauthorized("invalid or expired session") from None
-        principal = await self._principal(key)
+        principal = _principal(context)
         return attrs.evolve(principal, session=session, csrf_hash=credential.csrf_hash)
 
     async def _scoped(self, plaintext: str, lookup_id: str) -> Principal:
@@ -195,25 +196,17 @@ class Authenticator:
             raise Unauthorized("invalid scoped token")
         token = credential.token
         try:
-            key = await self._store.get_api_key(token.org_id, token.api_key_id)
+            context = await self._store.get_api_key_context(
+                org_id=token.org_id, key_id=token.api_key_id
+            )
         except store_errors.NotFound:
             raise Unauthorized("invalid scoped token") from None
-        principal = await self._principal(key)
+        principal = _principal(context)
         return attrs.evolve(
             principal,
             scoped_token=token,
             scopes=frozenset(parse_scope(scope) for scope in token.scopes),
         )
-
-    async def _principal(self, key: ApiKey) -> Principal:
-        try:
-            membership = await self._store.get_membership(key.org_id, key.user_id)
-            user = await self._store.get_user(key.user_id)
-            organization = await self._store.get_organization(key.org_id)
-        except store_errors.NotFound:
-            # Raced with a removal or deletion that revokes this key.
-            raise Unauthorized("invalid API key") from None
-        return Principal(api_key=key, user=user, organization=organization, role=membership.role)
 
     async def _maybe_touch(self, key_id: str) -> None:
         now = self._clock()
@@ -225,3 +218,12 @@ class Authenticator:
         if len(self._touched) > _MAX_TOUCHED:
             self._touched.popitem(last=False)
         await self._store.touch_api_key(key_id)
+
+
+def _principal(context: KeyContext) -> Principal:
+    return Principal(
+        api_key=context.credential.api_key,
+        user=context.user,
+        organization=context.organization,
+        role=context.role,
+    )

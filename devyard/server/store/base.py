@@ -173,6 +173,18 @@ class ApiKeyCredential:
 
 
 @attrs.frozen
+class KeyContext:
+    """An API key with what a request's principal needs besides it, read in one transaction
+    (`Store.get_api_key_context`): its user's role now, the user, the organization. The hash
+    is empty when the key was found by id (a session's or a scoped token's key)."""
+
+    credential: ApiKeyCredential
+    role: Role
+    user: User
+    organization: Organization
+
+
+@attrs.frozen
 class Feedback:
     id: str
     kind: FeedbackKind
@@ -441,6 +453,14 @@ class Store(AccountStore, Protocol):
 
     async def get_api_key_by_lookup(self, lookup_id: str) -> ApiKeyCredential:
         """For authentication: NotFound for unknown *and revoked* keys."""
+
+    async def get_api_key_context(
+        self, *, lookup_id: str | None = None, org_id: str = "", key_id: str = ""
+    ) -> KeyContext:
+        """For authentication, in one read: the key by *lookup_id* (unknown *and revoked*
+        keys are NotFound), or by *org_id* and *key_id* (revoked keys included, no hash),
+        with its user's membership, the user and the organization (NotFound if any is gone:
+        a removal revokes the key)."""
 
     async def list_api_keys(
         self, org_id: str, *, user_id: str | None = None, include_revoked: bool = False

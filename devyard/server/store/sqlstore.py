@@ -29,6 +29,7 @@ from .base import (
     ApiKeyCredential,
     Feedback,
     FeedbackKind,
+    KeyContext,
     Member,
     Membership,
     Organization,
@@ -358,6 +359,27 @@ class SqlStore(
             lambda tx: _one(tx, sql, {"lookup_id": lookup_id}, "API key", lookup_id)
         )
         return ApiKeyCredential(api_key=rows.api_key(row), secret_hash=row["secret_hash"])
+
+    async def get_api_key_context(
+        self, *, lookup_id: str | None = None, org_id: str = "", key_id: str = ""
+    ) -> KeyContext:
+        # one transaction, one worker-thread hop: the four reads of an authenticated request
+        def read(tx: Tx) -> KeyContext:
+            if lookup_id is not None:
+                sql = _KEY.replace(" FROM", ", secret_hash FROM", 1) + (
+                    " WHERE lookup_id = :lookup_id AND revoked_at IS NULL"
+                )
+                row = _one(tx, sql, {"lookup_id": lookup_id}, "API key", lookup_id)
+                credential = ApiKeyCredential(rows.api_key(row), row["secret_hash"])
+            else:
+                credential = ApiKeyCredential(_get_key(tx, org_id, key_id), "")
+            key = credential.api_key
+            membership = _get_membership(tx, key.org_id, key.user_id)
+            return KeyContext(
+                credential, membership.role, _get_user(tx, key.user_id), _get_org(tx, key.org_id)
+            )
+
+        return await self._db.read(read)
 
     async def list_api_keys(
         self, org_id: str, *, user_id: str | None = None, include_revoked: bool = False
