@@ -1,7 +1,8 @@
 """``POST {apiUrl}/exec`` bodies: what to run, checked, as an `ExecPlan` (pure).
 
 ``{command: "gradlebuild", tasks?, args?, env?, projectPath?, artifacts?, timeoutSeconds?}``
-runs Debian's ``gradle`` (``--no-daemon --console=plain``) with *tasks* (default ``build``:
+runs Debian's ``gradle`` (``--no-daemon --console=plain --build-cache``: the organization's
+build cache, cas.py) with *tasks* (default ``build``:
 plain JVM projects; Android's ``assembleDebug`` needs Google's repositories) then *args*, in
 *projectPath* (default the workspace root). ``{command: "run", commandLine, cwd?, env?,
 timeoutSeconds?, artifacts?}`` runs ``/bin/sh -c commandLine``. ``xcodebuild`` needs a macOS
@@ -144,7 +145,7 @@ def plan_exec(body: Mapping[str, Any], *, gradle: str = "gradle") -> ExecPlan:
             if not _TASK.fullmatch(task) or task.startswith("-"):
                 raise _bad(f"bad task name {task!r} (options go in 'args')")
         args = _strings(body.get("args"), "args")
-        argv = (gradle, "--no-daemon", "--console=plain", *tasks, *args)
+        argv = (gradle, "--no-daemon", "--console=plain", "--build-cache", *tasks, *args)
         return ExecPlan(
             kind="gradlebuild",
             argv=argv,

@@ -21,11 +21,12 @@ from typing import Any, Final
 import attrs
 import trio
 
+from .cas import BlobStore, BuildCache
 from .commands import plan_exec
 from .errors import BuildError, BuildReason
 from .execs import Exec, ExecStatus, run_exec
 from .sandbox import SandboxConfig, sandbox_argv
-from .sync import Workspace
+from .sync import Workspace, parse_files
 
 __all__ = ["MAX_KEPT", "BuildConfig", "BuildHost", "ExecEnded"]
 
@@ -43,10 +44,12 @@ _REPORT_GRACE_S: Final = 10.0
 class BuildConfig:
     """*gradle_home*: the organization's Gradle user home on this host (shared by its
     instances, kept after them). *keepalive_s* / *retry_ms*: the event stream's keep-alive
-    comment period and ``retry:`` hint."""
+    comment period and ``retry:`` hint. *blobs*: the organization's content-addressed sync
+    blobs on this host (cas.py)."""
 
     sandbox: SandboxConfig
     gradle_home: Path
+    blobs: Path | None = None  # the organization's sync blobs (None: the instance's own)
     gradle: str = "gradle"
     xdelta3: str = "xdelta3"
     keepalive_s: float = 15.0
@@ -76,6 +79,8 @@ class BuildHost:
             directory / "workspace", directory / "sync", owner=owner, xdelta3=config.xdelta3
         )
         self.execs_dir = directory / "execs"
+        self.blobs = BlobStore(config.blobs or directory / "blobs")
+        self.cache = BuildCache(config.gradle_home, owner=owner)
         self._execs: OrderedDict[str, Exec] = OrderedDict()
         self._expired: set[str] = set()
         self._running: Exec | None = None
@@ -87,6 +92,7 @@ class BuildHost:
     def create(self) -> None:
         """The workspace, the exec records' directory and the Gradle home (blocking)."""
         self.workspace.create()
+        self.blobs.create()
         self.execs_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         home = self.config.gradle_home
         home.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -96,15 +102,30 @@ class BuildHost:
     # ---- sync -----------------------------------------------------------------------------
 
     async def sync(self, chunks: AsyncIterator[bytes], encoding: str) -> dict[str, Any]:
-        self._check_open()
+        self.check_open()
         if self._running is not None:
             raise BuildError(BuildReason.CONFLICT, f"exec {self._running.id} is running")
         return await self.workspace.sync(chunks, encoding)
 
+    async def missing(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``POST /sync/missing``: which blobs a commit of the manifest would lack."""
+        self.check_open()
+        files = list(parse_files(body.get("files")).values())
+        lacking, complete = await self.workspace.missing(files, self.blobs)
+        return {"missing": lacking, "complete": complete}
+
+    async def commit(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``POST /sync/commit``: the manifest's tree from the blobs, or nothing."""
+        self.check_open()
+        files = list(parse_files(body.get("files")).values())
+        if self._running is not None:
+            raise BuildError(BuildReason.CONFLICT, f"exec {self._running.id} is running")
+        return await self.workspace.commit_tree(files, self.blobs)
+
     # ---- execs ----------------------------------------------------------------------------
 
     def start(self, body: dict[str, Any]) -> Exec:
-        self._check_open()
+        self.check_open()
         plan = plan_exec(body, gradle=self.config.gradle)
         if self._running is not None:
             raise BuildError(BuildReason.CONFLICT, f"exec {self._running.id} is running")
@@ -158,7 +179,7 @@ class BuildHost:
         for run in self._execs.values():
             run.cancel()
 
-    def _check_open(self) -> None:
+    def check_open(self) -> None:
         if self._closed:
             raise BuildError(BuildReason.GONE, "the instance is stopping")
 

@@ -5,6 +5,10 @@ ok, the request body until EOF; then one ``{"status", "content_type"}`` message 
 response body until EOF), but the body of an event stream is written as events happen.
 
     POST /sync                       the SDK's folder sync (sync.py)
+    POST /sync/missing               {files} -> {missing: [sha256], complete} (cas.py)
+    PUT  /blobs/{sha256}             one blob of the organization's store
+    POST /sync/commit                {files} -> the tree from the blobs, or {ok: false, missing}
+    GET|PUT /cache/{key}             Gradle's HTTP build cache (the organization's)
     POST /exec                       {command, ...} -> {execId}
     GET  /exec                       the instance's execs
     GET  /exec/{id}                  status, exit code, times, artifacts
@@ -42,6 +46,7 @@ __all__ = ["STATUS", "is_build_path", "serve_build_api"]
 _CHUNK: Final = 256 * 1024
 _MAX_JSON: Final = 1024 * 1024
 _DRAIN_TIMEOUT_S: Final = 30.0
+_CACHE_TYPE: Final = "application/vnd.gradle.build-cache-artifact.v1"
 
 #: The one translation of a build error's reason to an HTTP status.
 STATUS: Final[Mapping[BuildReason, int]] = {
@@ -56,7 +61,7 @@ STATUS: Final[Mapping[BuildReason, int]] = {
 
 def is_build_path(path: object) -> bool:
     first = str(path or "").strip("/").split("/", 1)[0]
-    return first in ("sync", "exec")
+    return first in ("sync", "exec", "blobs", "cache")
 
 
 class _Answer(Exception):
@@ -148,6 +153,22 @@ async def _route(
         case ["sync"] if method == "POST":
             encoding = _header(request, "content-encoding")
             raise _Answer(200, await host.sync(_chunks(stream), encoding))
+        case ["sync", "missing"] if method == "POST":
+            raise _Answer(200, await host.missing(await _json(stream)))
+        case ["sync", "commit"] if method == "POST":
+            raise _Answer(200, await host.commit(await _json(stream)))
+        case ["blobs", sha256] if method == "PUT":
+            encoding = _header(request, "content-encoding")
+            host.check_open()
+            raise _Answer(200, await host.blobs.put(sha256, _chunks(stream), encoding))
+        case ["cache", key] if method in ("GET", "HEAD"):
+            entry = await host.cache.get(key)
+            if entry is None:
+                raise BuildError(BuildReason.NOT_FOUND, f"no build cache entry {key}")
+            raise _Answer(200, b"" if method == "HEAD" else entry, _CACHE_TYPE)
+        case ["cache", key] if method == "PUT":
+            size = await host.cache.put(key, _chunks(stream))
+            raise _Answer(200, {"key": key, "size": size})
         case ["exec"] if method == "POST":
             run = host.start(await _json(stream))
             raise _Answer(200, {"execId": run.id, "status": run.status.value})

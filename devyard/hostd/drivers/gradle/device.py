@@ -40,17 +40,21 @@ _CLOSE_GRACE_S: Final = 10.0
 @attrs.frozen
 class GradleConfig:
     """*gradle_homes*: where the organizations' Gradle user homes live (None: ``gradle-homes``
-    next to the host's ``instances`` directory). *build_uid*: None picks `DEFAULT_BUILD_UID`
+    next to the host's ``instances`` directory); *blob_stores*: the organizations' sync blobs
+    (None: ``build-blobs`` there too). *build_uid*: None picks `DEFAULT_BUILD_UID`
     when hostd is root and hostd's own user otherwise."""
 
     gradle_homes: Path | None = None
+    blob_stores: Path | None = None
     build_uid: int | None = None
     limits: SandboxLimits = attrs.field(factory=SandboxLimits)
     keepalive_s: float = 15.0
     gradle: str = "gradle"
 
     def build_config(self, spec: DeviceSpec) -> BuildConfig:
-        homes = self.gradle_homes or spec.sandbox_dir.parent.parent / "gradle-homes"
+        data = spec.sandbox_dir.parent.parent
+        homes = self.gradle_homes or data / "gradle-homes"
+        blobs = self.blob_stores or data / "build-blobs"
         org = spec.organization_id or "_unowned"
         if not _ORG.fullmatch(org):
             raise InvalidSpecError(f"bad organization id {org!r}")
@@ -63,6 +67,7 @@ class GradleConfig:
         return BuildConfig(
             sandbox=sandbox,
             gradle_home=homes / org,
+            blobs=blobs / org,
             gradle=self.gradle,
             keepalive_s=self.keepalive_s,
         )
