@@ -92,10 +92,25 @@ async def test_sync_build_stream_and_collect_the_jar(tmp_path: Path) -> None:
             printed = [e.data for e in events if e.type == "stdout"]
             assert printed[0] != "0", "the build runs as an unprivileged user"
 
+            # a clean build takes the compiled classes from the organization's build cache
+            clean = exec_id_of(
+                await api.post("exec", json={"command": "gradlebuild", "tasks": ["clean", "build"]})
+            )
+            with trio.fail_after(240):
+                _, events, _ = await read_events(api, clean)
+            assert events[-1].data == "0", [e.data for e in events]
+            outcomes = {
+                json.loads(e.data)["task"]: json.loads(e.data)["outcome"]
+                for e in events
+                if e.type == "progress"
+            }
+            assert outcomes[":lib:compileJava"] == "FROM-CACHE", outcomes
+            assert outcomes[":app:compileJava"] == "FROM-CACHE", outcomes
+
         logs_path = f"/v1/gradle_instances/{instance_id}/build_logs"
         with trio.fail_after(30):  # the host reports each exec when it ends
             while True:
-                if len((await http.get(logs_path)).json()) >= 3:
+                if len((await http.get(logs_path)).json()) >= 4:
                     break
                 await trio.sleep(0.1)
         assert (await http.delete(f"/v1/gradle_instances/{instance_id}")).status_code == 200
@@ -104,7 +119,7 @@ async def test_sync_build_stream_and_collect_the_jar(tmp_path: Path) -> None:
 
         # the build logs outlive the instance
         logs = (await http.get(logs_path)).json()
-        assert [entry["id"] for entry in logs] == [listing, build, owned]
+        assert [entry["id"] for entry in logs] == [listing, build, owned, clean]
         entry = logs[1]
         assert entry["status"] == "SUCCEEDED" and entry["exitCode"] == 0, entry
         assert entry["command"] == "gradlebuild" and entry["buildDurationMs"] > 0
