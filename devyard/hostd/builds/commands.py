@@ -21,6 +21,7 @@ import attrs
 from .errors import BuildError, BuildReason
 from .paths import check_path
 from .sandbox import GRADLE_HOME, WORKSPACE
+from .webhook import WebhookSpec, parse_webhook
 
 __all__ = ["DEFAULT_ARTIFACTS", "ExecPlan", "plan_exec"]
 
@@ -58,6 +59,7 @@ class ExecPlan:
     timeout_s: float
     artifacts: tuple[str, ...]  # globs relative to the workspace root
     network: bool = False
+    webhook: WebhookSpec | None = None
 
 
 def _strings(value: object, what: str) -> list[str]:
@@ -127,9 +129,12 @@ def _artifacts(body: Mapping[str, Any], default: tuple[str, ...]) -> tuple[str, 
     return tuple(globs)
 
 
-def plan_exec(body: Mapping[str, Any], *, gradle: str = "gradle") -> ExecPlan:
+def plan_exec(
+    body: Mapping[str, Any], *, gradle: str = "gradle", webhook_http: bool = False
+) -> ExecPlan:
     """The plan of an exec request; `BuildError` (BAD_REQUEST, UNSUPPORTED) otherwise."""
     command = body.get("command")
+    webhook = parse_webhook(body.get("webhook"), allow_http=webhook_http)
     network = body.get("network", "none")
     if network != "none":
         raise _bad("network: only 'none' is available (builds run without network access)")
@@ -154,6 +159,7 @@ def plan_exec(body: Mapping[str, Any], *, gradle: str = "gradle") -> ExecPlan:
             env=env,
             timeout_s=_timeout(body),
             artifacts=_artifacts(body, DEFAULT_ARTIFACTS),
+            webhook=webhook,
         )
     if command == "run":
         line = body.get("commandLine")
@@ -169,5 +175,6 @@ def plan_exec(body: Mapping[str, Any], *, gradle: str = "gradle") -> ExecPlan:
             env=env,
             timeout_s=_timeout(body),
             artifacts=_artifacts(body, ()),
+            webhook=webhook,
         )
     raise _bad("command must be 'gradlebuild', 'run' or 'xcodebuild'")

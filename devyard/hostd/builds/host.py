@@ -27,6 +27,7 @@ from .errors import BuildError, BuildReason
 from .execs import Exec, ExecStatus, run_exec
 from .sandbox import SandboxConfig, sandbox_argv
 from .sync import Workspace, parse_files
+from .webhook import WebhookPolicy, WebhookSpec, deliver
 
 __all__ = ["MAX_KEPT", "BuildConfig", "BuildHost", "ExecEnded"]
 
@@ -54,6 +55,7 @@ class BuildConfig:
     xdelta3: str = "xdelta3"
     keepalive_s: float = 15.0
     retry_ms: int = 2000
+    webhook: WebhookPolicy = attrs.field(factory=WebhookPolicy)
 
 
 class BuildHost:
@@ -88,6 +90,7 @@ class BuildHost:
         self.reporter: Reporter | None = None
         self._reports = 0
         self._reported = trio.Event()
+        self._webhooks: set[trio.CancelScope] = set()
 
     def create(self) -> None:
         """The workspace, the exec records' directory and the Gradle home (blocking)."""
@@ -126,7 +129,9 @@ class BuildHost:
 
     def start(self, body: dict[str, Any]) -> Exec:
         self.check_open()
-        plan = plan_exec(body, gradle=self.config.gradle)
+        plan = plan_exec(
+            body, gradle=self.config.gradle, webhook_http=self.config.webhook.allow_http
+        )
         if self._running is not None:
             raise BuildError(BuildReason.CONFLICT, f"exec {self._running.id} is running")
         if self.workspace.lock.locked():
@@ -197,6 +202,27 @@ class BuildHost:
         if self.reporter is not None:
             self._reports += 1
             self._nursery.start_soon(self._report, self.reporter, run)
+        if run.plan.webhook is not None:
+            self._reports += 1
+            self._nursery.start_soon(self._notify, run.plan.webhook, run)
+
+    async def _notify(self, spec: WebhookSpec, run: Exec) -> None:
+        scope = trio.CancelScope()
+        self._webhooks.add(scope)
+        try:
+            with scope:
+                run.webhook = {"delivered": False, "attempts": 0}
+                run.webhook = await deliver(spec, run.describe(), self.config.webhook)
+        finally:
+            self._webhooks.discard(scope)
+            self._reports -= 1
+            self._reported.set()
+            self._reported = trio.Event()
+
+    def drop_webhooks(self) -> None:
+        """Give up the deliveries still retrying (the instance is gone)."""
+        for scope in self._webhooks:
+            scope.cancel()
 
     async def _report(self, reporter: Reporter, run: Exec) -> None:
         try:
@@ -207,7 +233,8 @@ class BuildHost:
             self._reported = trio.Event()
 
     async def wait_reports(self) -> None:
-        """Until every ended exec has been reported (or given up on), at most a grace."""
+        """Until every ended exec has been reported and its webhook delivered (or given up
+        on), at most a grace."""
         with trio.move_on_after(_REPORT_GRACE_S):
             while self._reports:
                 await self._reported.wait()

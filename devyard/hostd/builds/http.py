@@ -38,6 +38,7 @@ from ...core import send_message
 from .errors import BuildError, BuildReason
 from .execs import Event, Exec
 from .host import BuildHost
+from .sync import MAX_META, DecodedBody
 
 log = logging.getLogger(__name__)
 
@@ -79,12 +80,14 @@ async def _chunks(stream: trio.abc.ReceiveStream) -> AsyncIterator[bytes]:
         yield bytes(data)
 
 
-async def _json(stream: trio.abc.ReceiveStream) -> dict[str, Any]:
+async def _json(
+    stream: trio.abc.ReceiveStream, encoding: str = "", limit: int = _MAX_JSON
+) -> dict[str, Any]:
+    """The JSON object of the body (``Content-Encoding`` zstd, gzip or identity; at most
+    *limit* bytes decoded)."""
     raw = bytearray()
-    async for chunk in _chunks(stream):
+    async for chunk in DecodedBody(_chunks(stream), encoding, limit).rest():
         raw += chunk
-        if len(raw) > _MAX_JSON:
-            raise BuildError(BuildReason.TOO_LARGE, f"the body exceeds {_MAX_JSON} bytes")
     try:
         value = json.loads(raw or b"{}")
     except (ValueError, RecursionError) as exc:
@@ -150,28 +153,14 @@ async def _route(
     parts: list[str],
 ) -> None:
     match parts:
-        case ["sync"] if method == "POST":
-            encoding = _header(request, "content-encoding")
-            raise _Answer(200, await host.sync(_chunks(stream), encoding))
-        case ["sync", "missing"] if method == "POST":
-            raise _Answer(200, await host.missing(await _json(stream)))
-        case ["sync", "commit"] if method == "POST":
-            raise _Answer(200, await host.commit(await _json(stream)))
-        case ["blobs", sha256] if method == "PUT":
-            encoding = _header(request, "content-encoding")
-            host.check_open()
-            raise _Answer(200, await host.blobs.put(sha256, _chunks(stream), encoding))
-        case ["cache", key] if method in ("GET", "HEAD"):
-            entry = await host.cache.get(key)
-            if entry is None:
-                raise BuildError(BuildReason.NOT_FOUND, f"no build cache entry {key}")
-            raise _Answer(200, b"" if method == "HEAD" else entry, _CACHE_TYPE)
-        case ["cache", key] if method == "PUT":
-            size = await host.cache.put(key, _chunks(stream))
-            raise _Answer(200, {"key": key, "size": size})
+        case ["sync" | "blobs" | "cache", *_]:
+            await _route_data(stream, host, request, method, parts)
         case ["exec"] if method == "POST":
             run = host.start(await _json(stream))
-            raise _Answer(200, {"execId": run.id, "status": run.status.value})
+            answer = {"execId": run.id, "status": run.status.value}
+            if run.plan.webhook is not None and run.plan.webhook.generated:
+                answer["webhookSecret"] = run.plan.webhook.secret  # once, to the caller
+            raise _Answer(200, answer)
         case ["exec"] if method == "GET":
             raise _Answer(200, {"items": [r.describe() for r in host.list()]})
         case ["exec", exec_id] if method == "GET":
@@ -195,6 +184,39 @@ async def _route(
         case ["exec", exec_id, "events"] if method == "GET":
             await _events(stream, host, exec_id, request)
             return
+    raise BuildError(BuildReason.NOT_FOUND, f"no build API route {method} /{'/'.join(parts)}")
+
+
+async def _route_data(
+    stream: trio.abc.HalfCloseableStream,
+    host: BuildHost,
+    request: Mapping[str, Any],
+    method: str,
+    parts: list[str],
+) -> None:
+    """The source tree's routes: both sync modes, blobs, the build cache."""
+    match parts:
+        case ["sync"] if method == "POST":
+            encoding = _header(request, "content-encoding")
+            raise _Answer(200, await host.sync(_chunks(stream), encoding))
+        case ["sync", "missing"] if method == "POST":
+            encoding = _header(request, "content-encoding")
+            raise _Answer(200, await host.missing(await _json(stream, encoding, MAX_META)))
+        case ["sync", "commit"] if method == "POST":
+            encoding = _header(request, "content-encoding")
+            raise _Answer(200, await host.commit(await _json(stream, encoding, MAX_META)))
+        case ["blobs", sha256] if method == "PUT":
+            encoding = _header(request, "content-encoding")
+            host.check_open()
+            raise _Answer(200, await host.blobs.put(sha256, _chunks(stream), encoding))
+        case ["cache", key] if method in ("GET", "HEAD"):
+            entry = await host.cache.get(key)
+            if entry is None:
+                raise BuildError(BuildReason.NOT_FOUND, f"no build cache entry {key}")
+            raise _Answer(200, b"" if method == "HEAD" else entry, _CACHE_TYPE)
+        case ["cache", key] if method == "PUT":
+            size = await host.cache.put(key, _chunks(stream))
+            raise _Answer(200, {"key": key, "size": size})
     raise BuildError(BuildReason.NOT_FOUND, f"no build API route {method} /{'/'.join(parts)}")
 
 

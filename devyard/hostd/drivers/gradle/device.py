@@ -90,6 +90,7 @@ class GradleDevice(VirtualDevice):
             for run in self.builds.list():
                 await run.done.wait()
             await self.builds.wait_reports()  # the last build's log reaches the server
+        self.builds.drop_webhooks()
         await super().aclose()
 
 
