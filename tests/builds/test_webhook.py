@@ -86,7 +86,7 @@ async def test_delivered_signed_with_headers_after_a_retry(tmp_path: Path) -> No
     policy = WebhookPolicy(attempts=3, backoff_s=0.01, timeout_s=10, ssl_context=trust)
     build_config = attrs.evolve(GradleConfig().build_config(_spec(tmp_path)), webhook=policy)
     async with trio.open_nursery() as nursery:
-        binds = await nursery.start(partial(serve, app, config, mode="asgi"))
+        binds = await nursery.start(partial(serve, app, config, mode="asgi"))  # type: ignore[arg-type]
         port = int(binds[0].rsplit(":", 1)[1])
         host = BuildHost(tmp_path / "build", build_config, nursery)
         await trio.to_thread.run_sync(host.create)
