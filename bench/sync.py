@@ -15,7 +15,8 @@ Modes, each counting the request bodies a client sends, compressed as it would s
   client keeps the last synced copies, so unchanged files go without a payload and a changed
   one as an xdelta3 patch against its last copy);
 - ``cas``: ``POST /sync/missing`` (the manifest, zstd), ``PUT /blobs/{sha256}`` for each
-  missing blob (zstd), ``POST /sync/commit`` (the manifest, zstd);
+  missing blob (zstd), ``POST /sync/commit`` naming the manifest by the ``manifestId`` the
+  first call answered;
 - ``rsync``: ``rsync -a --no-whole-file -z`` between two local directories, its ``Total bytes
   sent`` (Debian's rsync; its delta algorithm against the receiver's copy).
 
@@ -172,7 +173,7 @@ async def cas_sync(root: Path, workspace: Workspace, blobs: BlobStore) -> int:
         blob = _zstd(by_sha[digest].read_bytes())
         sent += len(blob)
         await blobs.put(digest, _once(blob), "zstd")
-    sent += len(body)  # POST /sync/commit
+    sent += len(_zstd(json.dumps({"manifestId": "0" * 64}).encode()))  # POST /sync/commit
     answer = await workspace.commit_tree(specs, blobs)
     if answer["ok"] is not True:
         raise RuntimeError(f"cas commit failed: {answer}")

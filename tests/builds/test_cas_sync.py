@@ -40,7 +40,9 @@ def _project(root: Path) -> None:
 async def _missing(api: httpx.AsyncClient, files: list[dict[str, Any]]) -> dict[str, Any]:
     answer = await api.post("sync/missing", json={"files": files})
     assert answer.status_code == 200, answer.text
-    return dict(answer.json())
+    found = dict(answer.json())
+    assert len(found.pop("manifestId")) == 64
+    return found
 
 
 async def test_missing_upload_commit_dedup_and_the_build_cache(tmp_path: Path) -> None:
@@ -131,8 +133,12 @@ async def test_missing_upload_commit_dedup_and_the_build_cache(tmp_path: Path) -
 
         async with instance_client(second) as api:
             # a second instance of the organization: the same tree uploads nothing
-            assert await _missing(api, files) == {"missing": [], "complete": True}
-            committed = await api.post("sync/commit", json={"files": files})
+            lookup = await api.post("sync/missing", json={"files": files})
+            assert lookup.json()["missing"] == [] and lookup.json()["complete"] is True
+            unknown = await api.post("sync/commit", json={"manifestId": "0" * 64})
+            assert unknown.status_code == 404, unknown.text
+            manifest_id = lookup.json()["manifestId"]  # the commit names the manifest
+            committed = await api.post("sync/commit", json={"manifestId": manifest_id})
             assert committed.json()["ok"] is True, committed.text
             assert await workspace_tree(api) == expected_tree
             assert (await api.get(f"cache/{key}")).content == b"entry bytes"

@@ -10,6 +10,7 @@ trees are killed) before the driver removes the instance's directory.
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import shutil
 import time
@@ -26,12 +27,13 @@ from .commands import plan_exec
 from .errors import BuildError, BuildReason
 from .execs import Exec, ExecStatus, run_exec
 from .sandbox import SandboxConfig, sandbox_argv
-from .sync import Workspace, parse_files
+from .sync import FileSpec, Workspace, parse_files
 from .webhook import WebhookPolicy, WebhookSpec, deliver
 
 __all__ = ["MAX_KEPT", "BuildConfig", "BuildHost", "ExecEnded"]
 
 MAX_KEPT: Final = 16
+_KEPT_MANIFESTS: Final = 4
 _MAX_EXPIRED: Final = 4096
 
 #: Called with each exec when it ends (for reporting it upstream).
@@ -91,6 +93,7 @@ class BuildHost:
         self._reports = 0
         self._reported = trio.Event()
         self._webhooks: set[trio.CancelScope] = set()
+        self._manifests: OrderedDict[str, list[FileSpec]] = OrderedDict()
 
     def create(self) -> None:
         """The workspace, the exec records' directory and the Gradle home (blocking)."""
@@ -111,16 +114,31 @@ class BuildHost:
         return await self.workspace.sync(chunks, encoding)
 
     async def missing(self, body: dict[str, Any]) -> dict[str, Any]:
-        """``POST /sync/missing``: which blobs a commit of the manifest would lack."""
+        """``POST /sync/missing``: which blobs a commit of the manifest would lack, and the
+        manifest's id (a commit may name it instead of sending the manifest again)."""
         self.check_open()
         files = list(parse_files(body.get("files")).values())
         lacking, complete = await self.workspace.missing(files, self.blobs)
-        return {"missing": lacking, "complete": complete}
+        manifest_id = _manifest_id(files)
+        self._manifests[manifest_id] = files
+        self._manifests.move_to_end(manifest_id)
+        while len(self._manifests) > _KEPT_MANIFESTS:
+            self._manifests.popitem(last=False)
+        return {"missing": lacking, "complete": complete, "manifestId": manifest_id}
 
     async def commit(self, body: dict[str, Any]) -> dict[str, Any]:
-        """``POST /sync/commit``: the manifest's tree from the blobs, or nothing."""
+        """``POST /sync/commit``: the manifest's tree (``files``, or the ``manifestId`` of a
+        recent ``/sync/missing``) from the blobs, or nothing."""
         self.check_open()
-        files = list(parse_files(body.get("files")).values())
+        if "files" in body:
+            files = list(parse_files(body.get("files")).values())
+        else:
+            known = self._manifests.get(str(body.get("manifestId", "")))
+            if known is None:
+                raise BuildError(
+                    BuildReason.NOT_FOUND, "unknown manifestId: send the manifest as 'files'"
+                )
+            files = known
         if self._running is not None:
             raise BuildError(BuildReason.CONFLICT, f"exec {self._running.id} is running")
         return await self.workspace.commit_tree(files, self.blobs)
@@ -238,3 +256,11 @@ class BuildHost:
         with trio.move_on_after(_REPORT_GRACE_S):
             while self._reports:
                 await self._reported.wait()
+
+
+def _manifest_id(files: list[FileSpec]) -> str:
+    digest = hashlib.sha256()
+    for entry in files:
+        line = f"{entry.path}\0{entry.sha256}\0{entry.mode}\0{entry.link}\n"
+        digest.update(line.encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()
