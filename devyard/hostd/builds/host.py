@@ -23,10 +23,11 @@ import attrs
 import trio
 
 from .cas import BlobStore, BuildCache
-from .commands import plan_exec
+from .commands import ExecPlan, plan_exec
 from .errors import BuildError, BuildReason
 from .execs import Exec, ExecStatus, run_exec
-from .sandbox import SandboxConfig, sandbox_argv
+from .gradlew import wrapper_distribution
+from .sandbox import WORKSPACE, SandboxConfig, sandbox_argv
 from .sync import FileSpec, Workspace, parse_files
 from .webhook import WebhookPolicy, WebhookSpec, deliver
 
@@ -58,6 +59,7 @@ class BuildConfig:
     keepalive_s: float = 15.0
     retry_ms: int = 2000
     webhook: WebhookPolicy = attrs.field(factory=WebhookPolicy)
+    android_sdk_root: str | None = None  # as the sandbox sees it (docs/builds.md)
 
 
 class BuildHost:
@@ -154,6 +156,7 @@ class BuildHost:
             raise BuildError(BuildReason.CONFLICT, f"exec {self._running.id} is running")
         if self.workspace.lock.locked():
             raise BuildError(BuildReason.CONFLICT, "a sync is being applied")
+        plan = self._gradle_of(plan, body.get("useWrapper", True))
         exec_id = f"build-{time.time_ns()}"
         while exec_id in self._execs or exec_id in self._expired:
             exec_id = f"build-{time.time_ns()}"
@@ -179,6 +182,26 @@ class BuildHost:
             argv,
         )
         return run
+
+    def _gradle_of(self, plan: ExecPlan, use_wrapper: object) -> ExecPlan:
+        """The project's ``gradlew`` when its distribution is cached (gradlew.py), and the
+        Android SDK's location unless the request set it."""
+        if not isinstance(use_wrapper, bool):
+            raise BuildError(BuildReason.BAD_REQUEST, "useWrapper must be true or false")
+        if plan.kind != "gradlebuild":
+            return plan
+        env = dict(plan.env)
+        sdk = self.config.android_sdk_root
+        if sdk is not None and "ANDROID_SDK_ROOT" not in env:
+            env |= {"ANDROID_SDK_ROOT": sdk, "ANDROID_HOME": env.get("ANDROID_HOME", sdk)}
+        plan = attrs.evolve(plan, env=env)
+        project = plan.cwd.removeprefix(WORKSPACE).strip("/")
+        if use_wrapper and wrapper_distribution(
+            self.workspace.root, project, self.config.gradle_home
+        ):
+            argv = ("/bin/sh", "gradlew", *plan.argv[1:])
+            plan = attrs.evolve(plan, argv=argv, display="./gradlew " + " ".join(argv[2:]))
+        return plan
 
     def lookup(self, exec_id: str) -> Exec | None:
         return self._execs.get(exec_id)

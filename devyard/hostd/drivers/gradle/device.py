@@ -35,6 +35,7 @@ DRIVER_NAME: Final = "gradle"
 DEFAULT_BUILD_UID: Final = 65534
 _ORG: Final = re.compile(r"[A-Za-z0-9_\-]{1,128}")
 _CLOSE_GRACE_S: Final = 10.0
+DEBIAN_ANDROID_SDK: Final = "/usr/lib/android-sdk"
 
 
 @attrs.frozen
@@ -50,6 +51,9 @@ class GradleConfig:
     limits: SandboxLimits = attrs.field(factory=SandboxLimits)
     keepalive_s: float = 15.0
     gradle: str = "gradle"
+    #: ANDROID_SDK_ROOT of gradle builds (a path the sandbox sees: under /usr); None looks for
+    #: Debian's android-sdk (`DEBIAN_ANDROID_SDK`).
+    android_sdk_root: str | None = None
 
     def build_config(self, spec: DeviceSpec) -> BuildConfig:
         data = spec.sandbox_dir.parent.parent
@@ -70,6 +74,8 @@ class GradleConfig:
             blobs=blobs / org,
             gradle=self.gradle,
             keepalive_s=self.keepalive_s,
+            android_sdk_root=self.android_sdk_root
+            or (DEBIAN_ANDROID_SDK if os.path.isdir(DEBIAN_ANDROID_SDK) else None),
         )
 
 
