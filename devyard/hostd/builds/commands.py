@@ -23,7 +23,7 @@ from .paths import check_path
 from .sandbox import GRADLE_HOME, WORKSPACE
 from .webhook import WebhookSpec, parse_webhook
 
-__all__ = ["DEFAULT_ARTIFACTS", "ExecPlan", "plan_exec"]
+__all__ = ["DEFAULT_ARTIFACTS", "ExecPlan", "Upload", "plan_exec"]
 
 DEFAULT_ARTIFACTS: Final = (
     "**/build/libs/*.jar",
@@ -36,6 +36,7 @@ _NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _TASK: Final = re.compile(r"[A-Za-z0-9_:.\-]+")
 _MAX_ITEMS: Final = 256
 _MAX_STRING: Final = 64 * 1024
+_CONTROL: Final = re.compile(r"[\x00-\x1f\x7f]")
 BASE_ENV: Final = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
     "HOME": "/tmp",  # noqa: S108 - inside the sandbox: its private tmpfs
@@ -60,6 +61,27 @@ class ExecPlan:
     artifacts: tuple[str, ...]  # globs relative to the workspace root
     network: bool = False
     webhook: WebhookSpec | None = None
+    upload: Upload | None = None
+
+
+@attrs.frozen
+class Upload:
+    """``upload: {assetName, path?}``: after a success, the artifact at *path* (default: the
+    first collected) becomes the organization's asset *asset_name* (its bytes replaced)."""
+
+    asset_name: str
+    path: str | None = None
+
+
+def _upload(value: object) -> Upload | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise _bad("upload must be an object {assetName, path?}")
+    name, path = value.get("assetName"), value.get("path")
+    if not isinstance(name, str) or not 0 < len(name) <= 255 or _CONTROL.search(name):
+        raise _bad("upload.assetName must be 1 to 255 characters without control characters")
+    return Upload(name, None if path is None else check_path(path))
 
 
 def _strings(value: object, what: str) -> list[str]:
@@ -160,6 +182,7 @@ def plan_exec(
             timeout_s=_timeout(body),
             artifacts=_artifacts(body, DEFAULT_ARTIFACTS),
             webhook=webhook,
+            upload=_upload(body.get("upload")),
         )
     if command == "run":
         line = body.get("commandLine")
@@ -176,5 +199,6 @@ def plan_exec(
             timeout_s=_timeout(body),
             artifacts=_artifacts(body, ()),
             webhook=webhook,
+            upload=_upload(body.get("upload")),
         )
     raise _bad("command must be 'gradlebuild', 'run' or 'xcodebuild'")

@@ -266,8 +266,18 @@ class BuildHost:
             scope.cancel()
 
     async def _report(self, reporter: Reporter, run: Exec) -> None:
+        """The record and log; then the artifact to upload as an asset, if the exec asked
+        (the same stream kind with an ``upload`` in the record: docs/builds.md)."""
         try:
             await reporter(run.describe(), run.log_path)
+            upload = run.plan.upload
+            if upload is not None and run.status is ExecStatus.SUCCEEDED:
+                wanted = [a for a in run.artifacts if upload.path in (None, a["path"])]
+                if wanted:
+                    artifact = wanted[0]
+                    record = {**run.describe(), "upload": {"assetName": upload.asset_name}}
+                    record["upload"] |= {k: artifact[k] for k in ("path", "size", "sha256")}
+                    await reporter(record, run.directory / "artifacts" / artifact["path"])
         finally:
             self._reports -= 1
             self._reported.set()
