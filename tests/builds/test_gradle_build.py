@@ -119,7 +119,10 @@ async def test_sync_build_stream_and_collect_the_jar(tmp_path: Path) -> None:
         # the jar became the organization's asset, and an Android instance installs it
         query = {"nameFilter": "demo-app.jar", "includeDownloadUrl": "true"}
         with trio.fail_after(30):  # reported after the exec's log
-            while not (found := (await http.get("/v1/assets", params=query)).json()):
+            while True:
+                found = (await http.get("/v1/assets", params=query)).json()
+                if found:
+                    break
                 await trio.sleep(0.1)
         [asset] = found
         assert asset["size"] == len(jar.content), asset
