@@ -39,6 +39,8 @@ BUILD_LOGS_DIR: Final = "build-logs"  # under the server's data dir
 LOG_PATH: Final = "/v1/build_logs/{instance_id}/{exec_id}/log"
 MAX_LOG_BYTES: Final = 128 * 1024 * 1024
 URL_TTL: Final = 3600
+ORPHAN_GRACE: Final = 600.0
+SWEEP_INTERVAL: Final = 3600.0
 _BUILD_PLATFORMS: Final = frozenset({"xcode", "gradle"})
 _EXEC_ID: Final = re.compile(r"build-\d{1,24}")
 _STATUSES: Final = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
@@ -73,6 +75,7 @@ class BuildLogs:
         *,
         assets: AssetBlobs | None = None,
         url_ttl: int = URL_TTL,
+        orphan_grace: float = ORPHAN_GRACE,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
@@ -81,6 +84,7 @@ class BuildLogs:
         self.signer = signer
         self.assets = assets  # where an exec's ``upload`` goes (None: refused)
         self.url_ttl = url_ttl
+        self.orphan_grace = orphan_grace
         self.wall_clock = wall_clock
 
     def __repr__(self) -> str:
@@ -187,6 +191,39 @@ class BuildLogs:
         )
         await self.logs.put_build_log(attrs.evolve(record, artifacts=noted))
         return {"ok": True, "assetId": asset.id}
+
+    # ---- retention ------------------------------------------------------------------------
+
+    async def sweep_orphans(self) -> int:
+        """Delete the log blobs no row names (their organization was deleted: its rows go
+        with it), untouched for ``orphan_grace`` (a row follows its blob within moments);
+        how many."""
+        cutoff = self.wall_clock() - self.orphan_grace
+        removed = 0
+        for blob in await self.blobs.list_blobs():
+            if blob.modified > cutoff:
+                continue
+            instance_id, _, rest = blob.key.partition(".")  # "<instance>.<exec>.log"
+            try:
+                record = await self.logs.get_build_log(instance_id, rest.removesuffix(".log"))
+                named = record.blob_key == blob.key
+            except store_errors.NotFound:
+                named = False
+            if not named:
+                await self.blobs.delete(blob.key)
+                removed += 1
+        if removed:
+            log.info("removed %d build log(s) no row names", removed)
+        return removed
+
+    async def run_sweeper(self, *, interval: float = SWEEP_INTERVAL) -> None:
+        """`sweep_orphans` now and every *interval* seconds, until cancelled."""
+        while True:
+            try:
+                await self.sweep_orphans()
+            except (store_errors.StoreUnavailable, BlobStoreError) as exc:
+                log.warning("sweeping build logs failed, retrying later: %r", exc)
+            await trio.sleep(interval)
 
     # ---- the API's side ---------------------------------------------------------------------
 

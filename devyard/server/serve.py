@@ -220,6 +220,8 @@ async def _serve(
             connectors=connectors,
         )
         edge.build_logs = _build_logs(store, config, state.assets)  # docs/builds.md
+        if edge.build_logs is not None:  # organizations' deleted build logs leave the disk
+            nursery.start_soon(edge.build_logs.run_sweeper)
         mcp = McpService(
             edge,
             directory,
