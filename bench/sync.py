@@ -23,8 +23,9 @@ Modes, each counting the request bodies a client sends, compressed as it would s
 The host side is devyard's real code (``devyard.hostd.builds``: `Workspace` and `BlobStore`)
 in this process, without the edge and the link: what is measured is what crosses the wire, and
 every sync is checked to reproduce the tree. The last line printed is one JSON object:
-``{"bench": "sync", "tree": {files, bytes}, "results": {mode: {step: {bytes, pct_of_tree,
-seconds}}}}``.
+``{"bench": "sync", "tree": {files, bytes, changed_file_bytes}, "results": {mode: {step:
+{bytes, pct_of_tree, seconds}}}}``; ``one_file`` also has ``over_unchanged``, its bytes beyond
+the unchanged step's.
 """
 
 from __future__ import annotations
@@ -223,6 +224,7 @@ async def measure(work: Path, files: int, seed: int) -> dict[str, Any]:
                 "seconds": round(seconds, 3),
             }
         (source / _CHANGED).write_bytes(_changed("original"))
+        rows["one_file"]["over_unchanged"] = rows["one_file"]["bytes"] - rows["unchanged"]["bytes"]
         results[mode] = rows
     changed_size = (source / _CHANGED).stat().st_size
     return {

@@ -57,7 +57,6 @@ async def _write_checked(
     limit: int,
     *,
     sha256: str | None = None,
-    owner: tuple[int, int] | None = None,
 ) -> int:
     """Write *pieces* to a temporary file in *directory*, check the size (and the hash), then
     rename it to *dest*. The number of bytes; `BuildError` and nothing at *dest* otherwise."""
@@ -79,11 +78,7 @@ async def _write_checked(
 
         def place() -> None:
             os.chmod(temp, 0o644)
-            if owner is not None:
-                os.chown(temp, *owner)
             dest.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-            if owner is not None:
-                os.chown(dest.parent, *owner)
             os.replace(temp, dest)
 
         await trio.to_thread.run_sync(place)
