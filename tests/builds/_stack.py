@@ -245,29 +245,3 @@ def exec_id_of(answer: httpx.Response) -> str:
     exec_id = answer.json()["execId"]
     assert re.fullmatch(r"build-\d+", exec_id), exec_id
     return str(exec_id)
-
-
-async def workspace_tree(api: httpx.AsyncClient) -> dict[str, str]:
-    """What the workspace holds: each file with its sha256 (links as ``-> target``)."""
-    line = "find . -type f -exec sha256sum {} + ; find . -type l -printf '%p -> %l\\n'"
-    run_id = exec_id_of(await api.post("exec", json={"command": "run", "commandLine": line}))
-    _, events, _ = await read_events(api, run_id)
-    assert events[-1].data == "0", events
-    tree = {}
-    for event in events:
-        if event.type != "stdout":
-            continue
-        if " -> " in event.data:
-            path, _, target = event.data.partition(" -> ")
-            tree[path.removeprefix("./")] = f"-> {target}"
-        else:
-            digest, _, path = event.data.partition("  ")
-            tree[path.removeprefix("./")] = digest
-    return tree
-
-
-async def run_line(api: httpx.AsyncClient, line: str) -> tuple[str, list[str]]:
-    """Run *line* on the instance: (exit code, stdout lines)."""
-    run_id = exec_id_of(await api.post("exec", json={"command": "run", "commandLine": line}))
-    _, events, _ = await read_events(api, run_id)
-    return events[-1].data, [e.data for e in events if e.type == "stdout"]
