@@ -23,7 +23,7 @@ from hypercorn.trio import serve
 from devyard.hostd.builds import BuildHost
 from devyard.hostd.builds.commands import plan_exec
 from devyard.hostd.builds.errors import BuildError
-from devyard.hostd.builds.webhook import WebhookPolicy
+from devyard.hostd.builds.webhook import WebhookPolicy, deliver, parse_webhook
 from devyard.hostd.drivers.base import DeviceSpec, Platform
 from devyard.hostd.drivers.gradle import GradleConfig
 from devyard.server.tls import ensure_local_ca
@@ -83,7 +83,9 @@ async def test_delivered_signed_with_headers_after_a_retry(tmp_path: Path) -> No
     config.bind = ["127.0.0.1:0"]
     config.certfile, config.keyfile = str(certs.cert), str(certs.key)
     trust = ssl.create_default_context(cafile=str(certs.ca_cert))
-    policy = WebhookPolicy(attempts=3, backoff_s=0.01, timeout_s=10, ssl_context=trust)
+    policy = WebhookPolicy(
+        attempts=3, backoff_s=0.01, timeout_s=10, ssl_context=trust, allow_private=True
+    )
     build_config = attrs.evolve(GradleConfig().build_config(_spec(tmp_path)), webhook=policy)
     async with trio.open_nursery() as nursery:
         binds = await nursery.start(partial(serve, app, config, mode="asgi"))  # type: ignore[arg-type]
@@ -129,3 +131,15 @@ async def test_delivered_signed_with_headers_after_a_retry(tmp_path: Path) -> No
     assert failed["delivered"] is False and failed["attempts"] == 3, failed
     assert failed["error"] == "ConnectError"
     assert secret not in json.dumps(run.describe())
+
+
+async def test_non_public_addresses_are_not_called() -> None:
+    for url in ("https://127.0.0.1:9/hook", "https://10.1.2.3/hook", "https://[::1]/hook"):
+        spec = parse_webhook({"url": url})
+        assert spec is not None
+        outcome = await deliver(spec, {"execId": "build-1"}, WebhookPolicy(attempts=1))
+        assert outcome == {
+            "delivered": False,
+            "attempts": 0,
+            "error": "the URL's address is not public",
+        }, url

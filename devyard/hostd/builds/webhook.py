@@ -8,7 +8,9 @@ When the exec ends, hostd POSTs its description (``GET /exec/{id}``'s JSON, plus
 
 *secret* is the caller's (16 to 256 characters), or one hostd makes for the exec and returns
 once, as ``webhookSecret`` in the answer of ``POST /exec``. A receiver recomputes the HMAC
-over the raw body, compares in constant time and rejects stale ``t`` (replays). Delivery:
+over the raw body, compares in constant time and rejects stale ``t`` (replays). A URL whose
+host resolves to a non-global address (loopback, private, link-local...) is not called.
+Delivery:
 at most `WebhookPolicy.attempts` tries, ``backoff_s`` doubling between them, on a connection
 error, a timeout, 408, 429 or a 5xx; any 2xx is delivered; another status gives up at once.
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import json
 import re
 import secrets
@@ -54,12 +57,15 @@ class WebhookSpec:
 
 @attrs.frozen
 class WebhookPolicy:
-    """*ssl_context*: None is the system's trust store. *allow_http*: for tests only."""
+    """*ssl_context*: None is the system's trust store. *allow_private*: deliver to loopback,
+    private, link-local and other non-global addresses (off: hostd's network position must not
+    be a way in). *allow_http*: for tests only."""
 
     attempts: int = 5
     backoff_s: float = 1.0
     timeout_s: float = 10.0
     ssl_context: ssl.SSLContext | None = None
+    allow_private: bool = False
     allow_http: bool = False
 
 
@@ -112,6 +118,8 @@ async def deliver(
     """POST *payload* to the webhook until delivered or out of attempts; what happened
     (``{delivered, attempts, status?, error?}``, never the secret or the headers)."""
     body = json.dumps({"event": "build.completed", **payload}).encode()
+    if not policy.allow_private and not await _global_only(spec.url):
+        return {"delivered": False, "attempts": 0, "error": "the URL's address is not public"}
     verify: ssl.SSLContext | bool = policy.ssl_context or True
     outcome: dict[str, Any] = {"delivered": False, "attempts": 0}
     delay = policy.backoff_s
@@ -140,3 +148,19 @@ async def deliver(
             await trio.sleep(delay)
             delay *= 2
     return outcome
+
+
+async def _global_only(url: str) -> bool:
+    """Whether every address *url*'s host resolves to is a global one (not loopback, private,
+    link-local, reserved...). DNS can still change between this and the connection (known
+    gap: a pinned connection would close it)."""
+    parts = urlsplit(url)
+    try:
+        infos = await trio.socket.getaddrinfo(parts.hostname, parts.port or 443)
+    except OSError:
+        return True  # unresolvable: the delivery fails on its own, with retries
+    for *_, sockaddr in infos:
+        address = ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0])
+        if not address.is_global:
+            return False
+    return True
