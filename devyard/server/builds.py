@@ -11,6 +11,7 @@ id>/<exec id>`` (no asset id has a ``/``, so neither kind of URL opens the other
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 import time
@@ -18,11 +19,13 @@ from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from typing import Any, Final
 
+import attrs
 import trio
 
 from ..core import accept_open, reject_open, send_message
 from .blobs import BlobStore, BlobStoreError, BlobTooLarge, Operation, UrlSigner
 from .blobs.base import BlobNotFound
+from .blobs.service import AssetBlobs
 from .store import errors as store_errors
 from .store.base import Store
 from .store.build_logs import BuildLogRecord, BuildLogStore
@@ -36,10 +39,13 @@ BUILD_LOGS_DIR: Final = "build-logs"  # under the server's data dir
 LOG_PATH: Final = "/v1/build_logs/{instance_id}/{exec_id}/log"
 MAX_LOG_BYTES: Final = 128 * 1024 * 1024
 URL_TTL: Final = 3600
+ORPHAN_GRACE: Final = 600.0
+SWEEP_INTERVAL: Final = 3600.0
 _BUILD_PLATFORMS: Final = frozenset({"xcode", "gradle"})
 _EXEC_ID: Final = re.compile(r"build-\d{1,24}")
 _STATUSES: Final = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
 _CHUNK: Final = 256 * 1024
+_CONTROL: Final = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def _when(value: object) -> datetime | None:
@@ -67,14 +73,18 @@ class BuildLogs:
         blobs: BlobStore,
         signer: UrlSigner,
         *,
+        assets: AssetBlobs | None = None,
         url_ttl: int = URL_TTL,
+        orphan_grace: float = ORPHAN_GRACE,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.store = store
         self.logs = logs
         self.blobs = blobs
         self.signer = signer
+        self.assets = assets  # where an exec's ``upload`` goes (None: refused)
         self.url_ttl = url_ttl
+        self.orphan_grace = orphan_grace
         self.wall_clock = wall_clock
 
     def __repr__(self) -> str:
@@ -106,6 +116,11 @@ class BuildLogs:
             await reject_open(stream, "not-found", f"no build instance {instance_id} on this host")
             return
         await accept_open(stream)
+        upload = record.get("upload")
+        if isinstance(upload, dict):
+            answer = await self._upload(instance.org_id, instance_id, exec_id, upload, stream)
+            await send_message(stream, answer)
+            return
         key = f"{instance_id}.{exec_id}.log"
         try:
             written = await self.blobs.write(key, _chunks(stream), max_size=MAX_LOG_BYTES)
@@ -135,6 +150,80 @@ class BuildLogs:
             )
         )
         await send_message(stream, {"ok": True})
+
+    async def _upload(
+        self,
+        org_id: str,
+        instance_id: str,
+        exec_id: str,
+        upload: dict[str, Any],
+        stream: trio.abc.HalfCloseableStream,
+    ) -> dict[str, Any]:
+        """An artifact's bytes as the organization's asset ``upload.assetName`` (created if
+        missing, its bytes replaced), noted on the exec's build-log row."""
+        name, path = upload.get("assetName"), upload.get("path")
+        if self.assets is None:
+            return {"ok": False, "message": "this server keeps no assets"}
+        if not isinstance(name, str) or not 0 < len(name) <= 255 or _CONTROL.search(name):
+            return {"ok": False, "message": "bad assetName"}
+        digest = hashlib.sha256()
+
+        async def hashed() -> AsyncIterator[bytes]:
+            async for chunk in _chunks(stream):
+                digest.update(chunk)
+                yield chunk
+
+        try:
+            asset = await self.store.upsert_asset(org_id=org_id, name=name)
+            asset = await self.assets.upload(asset.id, hashed())
+        except (BlobTooLarge, BlobStoreError, store_errors.NotFound) as exc:
+            log.warning("artifact of %s/%s not uploaded: %s", instance_id, exec_id, exc)
+            return {"ok": False, "message": str(exc)}
+        if digest.hexdigest() != upload.get("sha256"):
+            log.warning("artifact of %s/%s: the bytes differ from its sha256", instance_id, exec_id)
+        try:
+            record = await self.logs.get_build_log(instance_id, exec_id)
+        except store_errors.NotFound:
+            return {"ok": True, "assetId": asset.id}
+        noted = tuple(
+            {**a, "assetId": asset.id, "assetName": name} if a.get("path") == path else a
+            for a in record.artifacts
+        )
+        await self.logs.put_build_log(attrs.evolve(record, artifacts=noted))
+        return {"ok": True, "assetId": asset.id}
+
+    # ---- retention ------------------------------------------------------------------------
+
+    async def sweep_orphans(self) -> int:
+        """Delete the log blobs no row names (their organization was deleted: its rows go
+        with it), untouched for ``orphan_grace`` (a row follows its blob within moments);
+        how many."""
+        cutoff = self.wall_clock() - self.orphan_grace
+        removed = 0
+        for blob in await self.blobs.list_blobs():
+            if blob.modified > cutoff:
+                continue
+            instance_id, _, rest = blob.key.partition(".")  # "<instance>.<exec>.log"
+            try:
+                record = await self.logs.get_build_log(instance_id, rest.removesuffix(".log"))
+                named = record.blob_key == blob.key
+            except store_errors.NotFound:
+                named = False
+            if not named:
+                await self.blobs.delete(blob.key)
+                removed += 1
+        if removed:
+            log.info("removed %d build log(s) no row names", removed)
+        return removed
+
+    async def run_sweeper(self, *, interval: float = SWEEP_INTERVAL) -> None:
+        """`sweep_orphans` now and every *interval* seconds, until cancelled."""
+        while True:
+            try:
+                await self.sweep_orphans()
+            except (store_errors.StoreUnavailable, BlobStoreError) as exc:
+                log.warning("sweeping build logs failed, retrying later: %r", exc)
+            await trio.sleep(interval)
 
     # ---- the API's side ---------------------------------------------------------------------
 

@@ -28,7 +28,8 @@ import trio
 from .._process import EXIT_INTERRUPTED, Stopped, run_until_signalled
 from ..core.link import CONNECTOR_PATH, HOST_PATH
 from ..core.transports import is_loopback_host
-from .blobs import LocalBlobStore, UrlSigner
+from .blobs import LocalBlobStore
+from .blobs.service import AssetBlobs
 from .bootstrap import FirstStart, bootstrap_organization, first_start
 from .builds import BUILD_LOGS_DIR, BuildLogs
 from .config import ServerConfig
@@ -218,7 +219,9 @@ async def _serve(
             hosts=edge,
             connectors=connectors,
         )
-        edge.build_logs = _build_logs(store, config, state.assets.signer)  # docs/builds.md
+        edge.build_logs = _build_logs(store, config, state.assets)  # docs/builds.md
+        if edge.build_logs is not None:  # organizations' deleted build logs leave the disk
+            nursery.start_soon(edge.build_logs.run_sweeper)
         mcp = McpService(
             edge,
             directory,
@@ -258,11 +261,12 @@ async def _serve(
         nursery.cancel_scope.cancel()
 
 
-def _build_logs(store: Store, config: ServerConfig, signer: UrlSigner) -> BuildLogs | None:
+def _build_logs(store: Store, config: ServerConfig, assets: AssetBlobs) -> BuildLogs | None:
     """What keeps the build logs hosts report (None: a store without the build-log table)."""
     if not isinstance(store, SqlBuildLogs):
         return None
-    return BuildLogs(store, store, LocalBlobStore(config.data_dir / BUILD_LOGS_DIR), signer)
+    logs = LocalBlobStore(config.data_dir / BUILD_LOGS_DIR)
+    return BuildLogs(store, store, logs, assets.signer, assets=assets)
 
 
 def _link_tls(config: ServerConfig) -> ssl.SSLContext | None:

@@ -233,6 +233,9 @@ def write_java_project(root: Path) -> None:
         "package demo.app;\npublic class Main {\n  public static void main(String[] a) {\n"
         "    System.out.println(demo.lib.Greeting.hello());\n  }\n}\n"
     )
+    resources = root / "app/src/main/resources"
+    resources.mkdir(parents=True)  # what the virtual Android driver reads from an app's zip
+    (resources / "devyard-package.txt").write_text("package=demo.app\nlabel=Demo\nversion=1.0\n")
     (root / ".gitignore").write_text("*.log\nout/\n")
     (root / "local.properties").write_text("sdk.dir=/nowhere\n")
 

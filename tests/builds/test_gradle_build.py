@@ -51,7 +51,10 @@ async def test_sync_build_stream_and_collect_the_jar(tmp_path: Path) -> None:
             assert "./local.properties" not in seen, "local.properties is never synced"
             assert "./build/stale.txt" not in seen, "build/ is never synced"
 
-            started = await api.post("exec", json={"command": "gradlebuild", "tasks": ["build"]})
+            upload = {"assetName": "demo-app.jar", "path": "app/build/libs/app.jar"}
+            started = await api.post(
+                "exec", json={"command": "gradlebuild", "tasks": ["build"], "upload": upload}
+            )
             build = exec_id_of(started)
             live = False
             with trio.fail_after(240):
@@ -92,24 +95,71 @@ async def test_sync_build_stream_and_collect_the_jar(tmp_path: Path) -> None:
             printed = [e.data for e in events if e.type == "stdout"]
             assert printed[0] != "0", "the build runs as an unprivileged user"
 
+            # a clean build takes the compiled classes from the organization's build cache
+            clean = exec_id_of(
+                await api.post("exec", json={"command": "gradlebuild", "tasks": ["clean", "build"]})
+            )
+            with trio.fail_after(240):
+                _, events, _ = await read_events(api, clean)
+            assert events[-1].data == "0", [e.data for e in events]
+            outcomes = {
+                json.loads(e.data)["task"]: json.loads(e.data)["outcome"]
+                for e in events
+                if e.type == "progress"
+            }
+            assert outcomes[":lib:compileJava"] == "FROM-CACHE", outcomes
+            assert outcomes[":app:compileJava"] == "FROM-CACHE", outcomes
+
         logs_path = f"/v1/gradle_instances/{instance_id}/build_logs"
         with trio.fail_after(30):  # the host reports each exec when it ends
             while True:
-                if len((await http.get(logs_path)).json()) >= 3:
+                if len((await http.get(logs_path)).json()) >= 4:
                     break
                 await trio.sleep(0.1)
+        # the jar became the organization's asset, and an Android instance installs it
+        query = {"nameFilter": "demo-app.jar", "includeDownloadUrl": "true"}
+        with trio.fail_after(30):  # reported after the exec's log
+            while True:
+                found = (await http.get("/v1/assets", params=query)).json()
+                if found:
+                    break
+                await trio.sleep(0.1)
+        [asset] = found
+        assert asset["size"] == len(jar.content), asset
+        async with httpx.AsyncClient(timeout=30) as anonymous:
+            copy = await anonymous.get(asset["signedDownloadUrl"])
+        assert copy.content == jar.content
+        android = await http.post(
+            "/v1/android_instances",
+            params={"wait": "true"},
+            json={
+                "spec": {
+                    "initialAssets": [
+                        {"kind": "App", "source": "AssetName", "assetName": "demo-app.jar"}
+                    ]
+                }
+            },
+        )
+        assert android.status_code == 200, android.text
+        status = android.json()["status"]
+        device = {"Authorization": f"Bearer {status['token']}"}
+        apps = (await http.get(f"{status['apiUrl']}/apps", headers=device)).json()["items"]
+        assert "demo.app" in [a["id"] for a in apps], apps
+
         assert (await http.delete(f"/v1/gradle_instances/{instance_id}")).status_code == 200
         sandbox = stack.host_data / "instances" / instance_id
         await eventually(lambda: not sandbox.exists(), 30)
 
         # the build logs outlive the instance
         logs = (await http.get(logs_path)).json()
-        assert [entry["id"] for entry in logs] == [listing, build, owned]
+        assert [entry["id"] for entry in logs] == [listing, build, owned, clean]
         entry = logs[1]
         assert entry["status"] == "SUCCEEDED" and entry["exitCode"] == 0, entry
         assert entry["command"] == "gradlebuild" and entry["buildDurationMs"] > 0
         assert entry["startedAt"] <= entry["finishedAt"]
         assert sorted(a["path"] for a in entry["artifacts"]) == paths
+        [noted] = [a for a in entry["artifacts"] if a["path"] == "app/build/libs/app.jar"]
+        assert noted["assetName"] == "demo-app.jar" and noted["assetId"] == asset["id"]
         async with httpx.AsyncClient(timeout=30) as anonymous:  # the signature is the credential
             text = await anonymous.get(entry["downloadUrl"])
             assert text.status_code == 200, text.text

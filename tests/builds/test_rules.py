@@ -74,7 +74,8 @@ def test_manifest_checks() -> None:
 
 def test_exec_plans() -> None:
     plan = plan_exec({"command": "gradlebuild", "tasks": [":app:jar"], "args": ["--offline"]})
-    assert plan.argv == ("gradle", "--no-daemon", "--console=plain", ":app:jar", "--offline")
+    assert plan.argv[:4] == ("gradle", "--no-daemon", "--console=plain", "--build-cache")
+    assert plan.argv[4:] == (":app:jar", "--offline")
     assert plan.cwd == "/workspace" and plan.env["GRADLE_USER_HOME"] == "/gradle-home"
     run = plan_exec({"command": "run", "commandLine": "make", "cwd": "sub", "env": ["A=1"]})
     assert run.argv == ("/bin/sh", "-c", "make") and run.cwd == "/workspace/sub"

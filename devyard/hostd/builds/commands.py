@@ -1,7 +1,8 @@
 """``POST {apiUrl}/exec`` bodies: what to run, checked, as an `ExecPlan` (pure).
 
 ``{command: "gradlebuild", tasks?, args?, env?, projectPath?, artifacts?, timeoutSeconds?}``
-runs Debian's ``gradle`` (``--no-daemon --console=plain``) with *tasks* (default ``build``:
+runs Debian's ``gradle`` (``--no-daemon --console=plain --build-cache``: the organization's
+build cache, cas.py) with *tasks* (default ``build``:
 plain JVM projects; Android's ``assembleDebug`` needs Google's repositories) then *args*, in
 *projectPath* (default the workspace root). ``{command: "run", commandLine, cwd?, env?,
 timeoutSeconds?, artifacts?}`` runs ``/bin/sh -c commandLine``. ``xcodebuild`` needs a macOS
@@ -20,8 +21,9 @@ import attrs
 from .errors import BuildError, BuildReason
 from .paths import check_path
 from .sandbox import GRADLE_HOME, WORKSPACE
+from .webhook import WebhookSpec, parse_webhook
 
-__all__ = ["DEFAULT_ARTIFACTS", "ExecPlan", "plan_exec"]
+__all__ = ["DEFAULT_ARTIFACTS", "ExecPlan", "Upload", "plan_exec"]
 
 DEFAULT_ARTIFACTS: Final = (
     "**/build/libs/*.jar",
@@ -34,6 +36,7 @@ _NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _TASK: Final = re.compile(r"[A-Za-z0-9_:.\-]+")
 _MAX_ITEMS: Final = 256
 _MAX_STRING: Final = 64 * 1024
+_CONTROL: Final = re.compile(r"[\x00-\x1f\x7f]")
 BASE_ENV: Final = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
     "HOME": "/tmp",  # noqa: S108 - inside the sandbox: its private tmpfs
@@ -57,6 +60,28 @@ class ExecPlan:
     timeout_s: float
     artifacts: tuple[str, ...]  # globs relative to the workspace root
     network: bool = False
+    webhook: WebhookSpec | None = None
+    upload: Upload | None = None
+
+
+@attrs.frozen
+class Upload:
+    """``upload: {assetName, path?}``: after a success, the artifact at *path* (default: the
+    first collected) becomes the organization's asset *asset_name* (its bytes replaced)."""
+
+    asset_name: str
+    path: str | None = None
+
+
+def _upload(value: object) -> Upload | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise _bad("upload must be an object {assetName, path?}")
+    name, path = value.get("assetName"), value.get("path")
+    if not isinstance(name, str) or not 0 < len(name) <= 255 or _CONTROL.search(name):
+        raise _bad("upload.assetName must be 1 to 255 characters without control characters")
+    return Upload(name, None if path is None else check_path(path))
 
 
 def _strings(value: object, what: str) -> list[str]:
@@ -126,9 +151,12 @@ def _artifacts(body: Mapping[str, Any], default: tuple[str, ...]) -> tuple[str, 
     return tuple(globs)
 
 
-def plan_exec(body: Mapping[str, Any], *, gradle: str = "gradle") -> ExecPlan:
+def plan_exec(
+    body: Mapping[str, Any], *, gradle: str = "gradle", webhook_http: bool = False
+) -> ExecPlan:
     """The plan of an exec request; `BuildError` (BAD_REQUEST, UNSUPPORTED) otherwise."""
     command = body.get("command")
+    webhook = parse_webhook(body.get("webhook"), allow_http=webhook_http)
     network = body.get("network", "none")
     if network != "none":
         raise _bad("network: only 'none' is available (builds run without network access)")
@@ -144,7 +172,7 @@ def plan_exec(body: Mapping[str, Any], *, gradle: str = "gradle") -> ExecPlan:
             if not _TASK.fullmatch(task) or task.startswith("-"):
                 raise _bad(f"bad task name {task!r} (options go in 'args')")
         args = _strings(body.get("args"), "args")
-        argv = (gradle, "--no-daemon", "--console=plain", *tasks, *args)
+        argv = (gradle, "--no-daemon", "--console=plain", "--build-cache", *tasks, *args)
         return ExecPlan(
             kind="gradlebuild",
             argv=argv,
@@ -153,6 +181,8 @@ def plan_exec(body: Mapping[str, Any], *, gradle: str = "gradle") -> ExecPlan:
             env=env,
             timeout_s=_timeout(body),
             artifacts=_artifacts(body, DEFAULT_ARTIFACTS),
+            webhook=webhook,
+            upload=_upload(body.get("upload")),
         )
     if command == "run":
         line = body.get("commandLine")
@@ -168,5 +198,7 @@ def plan_exec(body: Mapping[str, Any], *, gradle: str = "gradle") -> ExecPlan:
             env=env,
             timeout_s=_timeout(body),
             artifacts=_artifacts(body, ()),
+            webhook=webhook,
+            upload=_upload(body.get("upload")),
         )
     raise _bad("command must be 'gradlebuild', 'run' or 'xcodebuild'")

@@ -83,6 +83,7 @@ class Exec:
         self.duration_ms: int | None = None
         self.events: list[Event] = []
         self.artifacts: list[dict[str, Any]] = []
+        self.webhook: dict[str, Any] | None = None  # the delivery's outcome (webhook.py)
         self.scope = trio.CancelScope()
         self.cancel_requested_at: float | None = None  # trio time
         self.killed_at: float | None = None  # trio time the tree was gone
@@ -154,6 +155,8 @@ class Exec:
             out["buildDurationMs"] = self.duration_ms
         if self.error:
             out["error"] = self.error
+        if self.webhook is not None:
+            out["webhook"] = self.webhook
         if self.cancel_requested_at is not None and self.killed_at is not None:
             out["cancelKillMs"] = round((self.killed_at - self.cancel_requested_at) * 1000, 1)
         return out

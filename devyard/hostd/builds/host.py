@@ -10,6 +10,7 @@ trees are killed) before the driver removes the instance's directory.
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import shutil
 import time
@@ -21,15 +22,19 @@ from typing import Any, Final
 import attrs
 import trio
 
-from .commands import plan_exec
+from .cas import BlobStore, BuildCache
+from .commands import ExecPlan, plan_exec
 from .errors import BuildError, BuildReason
 from .execs import Exec, ExecStatus, run_exec
-from .sandbox import SandboxConfig, sandbox_argv
-from .sync import Workspace
+from .gradlew import wrapper_distribution
+from .sandbox import WORKSPACE, SandboxConfig, sandbox_argv
+from .sync import FileSpec, Workspace, parse_files
+from .webhook import WebhookPolicy, WebhookSpec, deliver
 
 __all__ = ["MAX_KEPT", "BuildConfig", "BuildHost", "ExecEnded"]
 
 MAX_KEPT: Final = 16
+_KEPT_MANIFESTS: Final = 4
 _MAX_EXPIRED: Final = 4096
 
 #: Called with each exec when it ends (for reporting it upstream).
@@ -43,14 +48,18 @@ _REPORT_GRACE_S: Final = 10.0
 class BuildConfig:
     """*gradle_home*: the organization's Gradle user home on this host (shared by its
     instances, kept after them). *keepalive_s* / *retry_ms*: the event stream's keep-alive
-    comment period and ``retry:`` hint."""
+    comment period and ``retry:`` hint. *blobs*: the organization's content-addressed sync
+    blobs on this host (cas.py)."""
 
     sandbox: SandboxConfig
     gradle_home: Path
+    blobs: Path | None = None  # the organization's sync blobs (None: the instance's own)
     gradle: str = "gradle"
     xdelta3: str = "xdelta3"
     keepalive_s: float = 15.0
     retry_ms: int = 2000
+    webhook: WebhookPolicy = attrs.field(factory=WebhookPolicy)
+    android_sdk_root: str | None = None  # as the sandbox sees it (docs/builds.md)
 
 
 class BuildHost:
@@ -76,6 +85,8 @@ class BuildHost:
             directory / "workspace", directory / "sync", owner=owner, xdelta3=config.xdelta3
         )
         self.execs_dir = directory / "execs"
+        self.blobs = BlobStore(config.blobs or directory / "blobs")
+        self.cache = BuildCache(config.gradle_home, owner=owner)
         self._execs: OrderedDict[str, Exec] = OrderedDict()
         self._expired: set[str] = set()
         self._running: Exec | None = None
@@ -83,10 +94,13 @@ class BuildHost:
         self.reporter: Reporter | None = None
         self._reports = 0
         self._reported = trio.Event()
+        self._webhooks: set[trio.CancelScope] = set()
+        self._manifests: OrderedDict[str, list[FileSpec]] = OrderedDict()
 
     def create(self) -> None:
         """The workspace, the exec records' directory and the Gradle home (blocking)."""
         self.workspace.create()
+        self.blobs.create()
         self.execs_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         home = self.config.gradle_home
         home.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -96,20 +110,53 @@ class BuildHost:
     # ---- sync -----------------------------------------------------------------------------
 
     async def sync(self, chunks: AsyncIterator[bytes], encoding: str) -> dict[str, Any]:
-        self._check_open()
+        self.check_open()
         if self._running is not None:
             raise BuildError(BuildReason.CONFLICT, f"exec {self._running.id} is running")
         return await self.workspace.sync(chunks, encoding)
 
+    async def missing(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``POST /sync/missing``: which blobs a commit of the manifest would lack, and the
+        manifest's id (a commit may name it instead of sending the manifest again)."""
+        self.check_open()
+        files = list(parse_files(body.get("files")).values())
+        lacking, complete = await self.workspace.missing(files, self.blobs)
+        manifest_id = _manifest_id(files)
+        self._manifests[manifest_id] = files
+        self._manifests.move_to_end(manifest_id)
+        while len(self._manifests) > _KEPT_MANIFESTS:
+            self._manifests.popitem(last=False)
+        return {"missing": lacking, "complete": complete, "manifestId": manifest_id}
+
+    async def commit(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``POST /sync/commit``: the manifest's tree (``files``, or the ``manifestId`` of a
+        recent ``/sync/missing``) from the blobs, or nothing."""
+        self.check_open()
+        if "files" in body:
+            files = list(parse_files(body.get("files")).values())
+        else:
+            known = self._manifests.get(str(body.get("manifestId", "")))
+            if known is None:
+                raise BuildError(
+                    BuildReason.NOT_FOUND, "unknown manifestId: send the manifest as 'files'"
+                )
+            files = known
+        if self._running is not None:
+            raise BuildError(BuildReason.CONFLICT, f"exec {self._running.id} is running")
+        return await self.workspace.commit_tree(files, self.blobs)
+
     # ---- execs ----------------------------------------------------------------------------
 
     def start(self, body: dict[str, Any]) -> Exec:
-        self._check_open()
-        plan = plan_exec(body, gradle=self.config.gradle)
+        self.check_open()
+        plan = plan_exec(
+            body, gradle=self.config.gradle, webhook_http=self.config.webhook.allow_http
+        )
         if self._running is not None:
             raise BuildError(BuildReason.CONFLICT, f"exec {self._running.id} is running")
         if self.workspace.lock.locked():
             raise BuildError(BuildReason.CONFLICT, "a sync is being applied")
+        plan = self._gradle_of(plan, body.get("useWrapper", True))
         exec_id = f"build-{time.time_ns()}"
         while exec_id in self._execs or exec_id in self._expired:
             exec_id = f"build-{time.time_ns()}"
@@ -136,6 +183,26 @@ class BuildHost:
         )
         return run
 
+    def _gradle_of(self, plan: ExecPlan, use_wrapper: object) -> ExecPlan:
+        """The project's ``gradlew`` when its distribution is cached (gradlew.py), and the
+        Android SDK's location unless the request set it."""
+        if not isinstance(use_wrapper, bool):
+            raise BuildError(BuildReason.BAD_REQUEST, "useWrapper must be true or false")
+        if plan.kind != "gradlebuild":
+            return plan
+        env = dict(plan.env)
+        sdk = self.config.android_sdk_root
+        if sdk is not None and "ANDROID_SDK_ROOT" not in env:
+            env |= {"ANDROID_SDK_ROOT": sdk, "ANDROID_HOME": env.get("ANDROID_HOME", sdk)}
+        plan = attrs.evolve(plan, env=env)
+        project = plan.cwd.removeprefix(WORKSPACE).strip("/")
+        if use_wrapper and wrapper_distribution(
+            self.workspace.root, project, self.config.gradle_home
+        ):
+            argv = ("/bin/sh", "gradlew", *plan.argv[1:])
+            plan = attrs.evolve(plan, argv=argv, display="./gradlew " + " ".join(argv[2:]))
+        return plan
+
     def lookup(self, exec_id: str) -> Exec | None:
         return self._execs.get(exec_id)
 
@@ -158,7 +225,7 @@ class BuildHost:
         for run in self._execs.values():
             run.cancel()
 
-    def _check_open(self) -> None:
+    def check_open(self) -> None:
         if self._closed:
             raise BuildError(BuildReason.GONE, "the instance is stopping")
 
@@ -176,17 +243,57 @@ class BuildHost:
         if self.reporter is not None:
             self._reports += 1
             self._nursery.start_soon(self._report, self.reporter, run)
+        if run.plan.webhook is not None:
+            self._reports += 1
+            self._nursery.start_soon(self._notify, run.plan.webhook, run)
+
+    async def _notify(self, spec: WebhookSpec, run: Exec) -> None:
+        scope = trio.CancelScope()
+        self._webhooks.add(scope)
+        try:
+            with scope:
+                run.webhook = {"delivered": False, "attempts": 0}
+                run.webhook = await deliver(spec, run.describe(), self.config.webhook)
+        finally:
+            self._webhooks.discard(scope)
+            self._reports -= 1
+            self._reported.set()
+            self._reported = trio.Event()
+
+    def drop_webhooks(self) -> None:
+        """Give up the deliveries still retrying (the instance is gone)."""
+        for scope in self._webhooks:
+            scope.cancel()
 
     async def _report(self, reporter: Reporter, run: Exec) -> None:
+        """The record and log; then the artifact to upload as an asset, if the exec asked
+        (the same stream kind with an ``upload`` in the record: docs/builds.md)."""
         try:
             await reporter(run.describe(), run.log_path)
+            upload = run.plan.upload
+            if upload is not None and run.status is ExecStatus.SUCCEEDED:
+                wanted = [a for a in run.artifacts if upload.path in (None, a["path"])]
+                if wanted:
+                    artifact = wanted[0]
+                    record = {**run.describe(), "upload": {"assetName": upload.asset_name}}
+                    record["upload"] |= {k: artifact[k] for k in ("path", "size", "sha256")}
+                    await reporter(record, run.directory / "artifacts" / artifact["path"])
         finally:
             self._reports -= 1
             self._reported.set()
             self._reported = trio.Event()
 
     async def wait_reports(self) -> None:
-        """Until every ended exec has been reported (or given up on), at most a grace."""
+        """Until every ended exec has been reported and its webhook delivered (or given up
+        on), at most a grace."""
         with trio.move_on_after(_REPORT_GRACE_S):
             while self._reports:
                 await self._reported.wait()
+
+
+def _manifest_id(files: list[FileSpec]) -> str:
+    digest = hashlib.sha256()
+    for entry in files:
+        line = f"{entry.path}\0{entry.sha256}\0{entry.mode}\0{entry.link}\n"
+        digest.update(line.encode("utf-8", "surrogatepass"))
+    return digest.hexdigest()

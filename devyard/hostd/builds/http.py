@@ -5,6 +5,10 @@ ok, the request body until EOF; then one ``{"status", "content_type"}`` message 
 response body until EOF), but the body of an event stream is written as events happen.
 
     POST /sync                       the SDK's folder sync (sync.py)
+    POST /sync/missing               {files} -> {missing: [sha256], complete} (cas.py)
+    PUT  /blobs/{sha256}             one blob of the organization's store
+    POST /sync/commit                {files} -> the tree from the blobs, or {ok: false, missing}
+    GET|PUT /cache/{key}             Gradle's HTTP build cache (the organization's)
     POST /exec                       {command, ...} -> {execId}
     GET  /exec                       the instance's execs
     GET  /exec/{id}                  status, exit code, times, artifacts
@@ -34,6 +38,7 @@ from ...core import send_message
 from .errors import BuildError, BuildReason
 from .execs import Event, Exec
 from .host import BuildHost
+from .sync import MAX_META, DecodedBody
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +47,7 @@ __all__ = ["STATUS", "is_build_path", "serve_build_api"]
 _CHUNK: Final = 256 * 1024
 _MAX_JSON: Final = 1024 * 1024
 _DRAIN_TIMEOUT_S: Final = 30.0
+_CACHE_TYPE: Final = "application/vnd.gradle.build-cache-artifact.v1"
 
 #: The one translation of a build error's reason to an HTTP status.
 STATUS: Final[Mapping[BuildReason, int]] = {
@@ -56,7 +62,7 @@ STATUS: Final[Mapping[BuildReason, int]] = {
 
 def is_build_path(path: object) -> bool:
     first = str(path or "").strip("/").split("/", 1)[0]
-    return first in ("sync", "exec")
+    return first in ("sync", "exec", "blobs", "cache")
 
 
 class _Answer(Exception):
@@ -74,12 +80,14 @@ async def _chunks(stream: trio.abc.ReceiveStream) -> AsyncIterator[bytes]:
         yield bytes(data)
 
 
-async def _json(stream: trio.abc.ReceiveStream) -> dict[str, Any]:
+async def _json(
+    stream: trio.abc.ReceiveStream, encoding: str = "", limit: int = _MAX_JSON
+) -> dict[str, Any]:
+    """The JSON object of the body (``Content-Encoding`` zstd, gzip or identity; at most
+    *limit* bytes decoded)."""
     raw = bytearray()
-    async for chunk in _chunks(stream):
+    async for chunk in DecodedBody(_chunks(stream), encoding, limit).rest():
         raw += chunk
-        if len(raw) > _MAX_JSON:
-            raise BuildError(BuildReason.TOO_LARGE, f"the body exceeds {_MAX_JSON} bytes")
     try:
         value = json.loads(raw or b"{}")
     except (ValueError, RecursionError) as exc:
@@ -145,12 +153,14 @@ async def _route(
     parts: list[str],
 ) -> None:
     match parts:
-        case ["sync"] if method == "POST":
-            encoding = _header(request, "content-encoding")
-            raise _Answer(200, await host.sync(_chunks(stream), encoding))
+        case ["sync" | "blobs" | "cache", *_]:
+            await _route_data(stream, host, request, method, parts)
         case ["exec"] if method == "POST":
             run = host.start(await _json(stream))
-            raise _Answer(200, {"execId": run.id, "status": run.status.value})
+            answer = {"execId": run.id, "status": run.status.value}
+            if run.plan.webhook is not None and run.plan.webhook.generated:
+                answer["webhookSecret"] = run.plan.webhook.secret  # once, to the caller
+            raise _Answer(200, answer)
         case ["exec"] if method == "GET":
             raise _Answer(200, {"items": [r.describe() for r in host.list()]})
         case ["exec", exec_id] if method == "GET":
@@ -174,6 +184,39 @@ async def _route(
         case ["exec", exec_id, "events"] if method == "GET":
             await _events(stream, host, exec_id, request)
             return
+    raise BuildError(BuildReason.NOT_FOUND, f"no build API route {method} /{'/'.join(parts)}")
+
+
+async def _route_data(
+    stream: trio.abc.HalfCloseableStream,
+    host: BuildHost,
+    request: Mapping[str, Any],
+    method: str,
+    parts: list[str],
+) -> None:
+    """The source tree's routes: both sync modes, blobs, the build cache."""
+    match parts:
+        case ["sync"] if method == "POST":
+            encoding = _header(request, "content-encoding")
+            raise _Answer(200, await host.sync(_chunks(stream), encoding))
+        case ["sync", "missing"] if method == "POST":
+            encoding = _header(request, "content-encoding")
+            raise _Answer(200, await host.missing(await _json(stream, encoding, MAX_META)))
+        case ["sync", "commit"] if method == "POST":
+            encoding = _header(request, "content-encoding")
+            raise _Answer(200, await host.commit(await _json(stream, encoding, MAX_META)))
+        case ["blobs", sha256] if method == "PUT":
+            encoding = _header(request, "content-encoding")
+            host.check_open()
+            raise _Answer(200, await host.blobs.put(sha256, _chunks(stream), encoding))
+        case ["cache", key] if method in ("GET", "HEAD"):
+            entry = await host.cache.get(key)
+            if entry is None:
+                raise BuildError(BuildReason.NOT_FOUND, f"no build cache entry {key}")
+            raise _Answer(200, b"" if method == "HEAD" else entry, _CACHE_TYPE)
+        case ["cache", key] if method == "PUT":
+            size = await host.cache.put(key, _chunks(stream))
+            raise _Answer(200, {"key": key, "size": size})
     raise BuildError(BuildReason.NOT_FOUND, f"no build API route {method} /{'/'.join(parts)}")
 
 

@@ -34,7 +34,7 @@ import tempfile
 import zlib
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import attrs
 import trio
@@ -43,7 +43,7 @@ import zstandard
 from .errors import BuildError, BuildReason
 from .paths import GitIgnore, always_ignored, check_link, check_path
 
-__all__ = ["MAX_META", "Workspace"]
+__all__ = ["MAX_META", "DecodedBody", "FileSpec", "Workspace", "parse_files"]
 
 MAX_META: Final = 64 * 1024 * 1024
 DEFAULT_MAX_BODY: Final = 8 * 1024 * 1024 * 1024
@@ -98,30 +98,12 @@ def parse_meta(raw: bytes) -> tuple[list[FileSpec], list[PayloadSpec]]:
     if not isinstance(meta, dict):
         raise _bad("the sync manifest must be a JSON object")
     raw_files, raw_payloads = meta.get("files"), meta.get("payloads", [])
-    if not isinstance(raw_files, list) or not isinstance(raw_payloads, list):
-        raise _bad("'files' and 'payloads' must be lists")
-    if len(raw_files) > MAX_FILES or len(raw_payloads) > len(raw_files):
-        raise BuildError(BuildReason.TOO_LARGE, f"a sync takes at most {MAX_FILES} files")
-    files: dict[str, FileSpec] = {}
-    for item in raw_files:
-        if not isinstance(item, dict):
-            raise _bad("each entry of 'files' must be an object")
-        path = check_path(item.get("path"))
-        if path in files:
-            raise _bad(f"path {path!r} is listed twice")
-        link = item.get("link")
-        mode = item.get("mode")
-        if mode is not None:
-            mode = _count(mode, f"the mode of {path!r}") & 0o777
-        files[path] = FileSpec(
-            path=path,
-            size=_count(item.get("size"), f"the size of {path!r}"),
-            sha256=_sha(item.get("sha256"), f"the sha256 of {path!r}"),
-            mode=mode,
-            link=None if link is None else check_link(path, link),
-        )
-    _check_prefixes(files)
-    payloads = []
+    if not isinstance(raw_payloads, list):
+        raise _bad("'payloads' must be a list")
+    files = parse_files(raw_files)
+    if len(raw_payloads) > len(files):
+        raise _bad("more payloads than files")
+    payloads: list[PayloadSpec] = []
     for item in raw_payloads:
         if not isinstance(item, dict):
             raise _bad("each entry of 'payloads' must be an object")
@@ -145,6 +127,34 @@ def parse_meta(raw: bytes) -> tuple[list[FileSpec], list[PayloadSpec]]:
     return list(files.values()), payloads
 
 
+def parse_files(raw_files: object) -> dict[str, FileSpec]:
+    """A manifest's ``files`` list, every entry checked; `BuildError` on the first bad one."""
+    if not isinstance(raw_files, list):
+        raise _bad("'files' must be a list")
+    if len(raw_files) > MAX_FILES:
+        raise BuildError(BuildReason.TOO_LARGE, f"a sync takes at most {MAX_FILES} files")
+    files: dict[str, FileSpec] = {}
+    for item in raw_files:
+        if not isinstance(item, dict):
+            raise _bad("each entry of 'files' must be an object")
+        path = check_path(item.get("path"))
+        if path in files:
+            raise _bad(f"path {path!r} is listed twice")
+        link = item.get("link")
+        mode = item.get("mode")
+        if mode is not None:
+            mode = _count(mode, f"the mode of {path!r}") & 0o777
+        files[path] = FileSpec(
+            path=path,
+            size=_count(item.get("size"), f"the size of {path!r}"),
+            sha256=_sha(item.get("sha256"), f"the sha256 of {path!r}"),
+            mode=mode,
+            link=None if link is None else check_link(path, link),
+        )
+    _check_prefixes(files)
+    return files
+
+
 def _check_prefixes(files: dict[str, FileSpec]) -> None:
     """No entry may be a parent directory of another (``a`` and ``a/b`` both listed)."""
     for path in files:
@@ -154,7 +164,7 @@ def _check_prefixes(files: dict[str, FileSpec]) -> None:
                 raise _bad(f"path {path!r} lies under another entry of the manifest")
 
 
-class _Body:
+class DecodedBody:
     """The request body, decompressed as it is read; at most *limit* bytes after decoding."""
 
     def __init__(self, chunks: AsyncIterator[bytes], encoding: str, limit: int) -> None:
@@ -232,8 +242,25 @@ class _Body:
             left -= len(piece)
             yield piece
 
+    async def rest(self) -> AsyncIterator[bytes]:
+        """Everything left, decoded, in pieces."""
+        while self._buf or await self._fill():
+            piece = bytes(self._buf[:_CHUNK])
+            del self._buf[: len(piece)]
+            yield piece
+
     async def at_end(self) -> bool:
         return not self._buf and not await self._fill()
+
+
+class BlobSource(Protocol):
+    """Where a content-addressed commit takes file bytes from (cas.BlobStore). Blocking."""
+
+    def has(self, sha256: str) -> bool: ...
+
+    def path(self, sha256: str) -> Path | None: ...
+
+    def copy(self, sha256: str, dest: Path) -> bool: ...
 
 
 @attrs.define
@@ -276,7 +303,7 @@ class Workspace:
     async def sync(self, chunks: AsyncIterator[bytes], encoding: str) -> dict[str, Any]:
         async with self.lock:
             started = trio.current_time()
-            body = _Body(chunks, encoding, self.max_body)
+            body = DecodedBody(chunks, encoding, self.max_body)
             (length,) = struct.unpack(">I", await body.exact(4))
             if length > MAX_META:
                 raise BuildError(BuildReason.TOO_LARGE, f"the manifest exceeds {MAX_META} bytes")
@@ -286,11 +313,7 @@ class Workspace:
                 staged, need_full = await self._receive_all(body, payloads, stage)
                 if not await body.at_end():
                     raise _bad("the sync body goes on after its last payload")
-                ignore = await trio.to_thread.run_sync(self._gitignore, staged)
-
-                def skip(path: str) -> bool:
-                    return always_ignored(path) or ignore.ignores(path)
-
+                skip = await trio.to_thread.run_sync(self._skipper, staged)
                 for entry in files:
                     if entry.link is None and not skip(entry.path):
                         if entry.path in staged or entry.path in need_full:
@@ -311,11 +334,88 @@ class Workspace:
             answer["needFull"] = sorted(need_full)
         return answer
 
+    # ---- the content-addressed mode (cas.py keeps the blobs) ------------------------------
+
+    async def missing(self, files: list[FileSpec], blobs: BlobSource) -> tuple[list[str], bool]:
+        """The blobs a commit of *files* would lack (sorted), and whether the answer is
+        complete: False when the root ``.gitignore``'s own blob is unknown (then only that
+        blob is listed: what it ignores is not asked for)."""
+        async with self.lock:
+            _, lacking, known = await trio.to_thread.run_sync(self._plan_tree, files, blobs, None)
+        return sorted(lacking), known
+
+    async def commit_tree(self, files: list[FileSpec], blobs: BlobSource) -> dict[str, Any]:
+        """Make the workspace *files*, every changed file's bytes from *blobs*. When a blob is
+        missing nothing is written and the answer is ``{ok: false, missing: [sha256]}``."""
+        async with self.lock:
+            started = trio.current_time()
+            stage = Path(await trio.to_thread.run_sync(self._mkstage))
+            try:
+                staged, lacking, _ = await trio.to_thread.run_sync(
+                    self._plan_tree, files, blobs, stage
+                )
+                if lacking:
+                    return {"ok": False, "missing": sorted(lacking), "files": len(files)}
+                skip = await trio.to_thread.run_sync(self._skipper, staged)
+                written, deleted = await trio.to_thread.run_sync(self._commit, files, staged, skip)
+            finally:
+                await trio.to_thread.run_sync(lambda: shutil.rmtree(stage, ignore_errors=True))
+        return {
+            "ok": True,
+            "syncDurationMs": round((trio.current_time() - started) * 1000),
+            "files": len(files),
+            "written": written,
+            "deleted": deleted,
+        }
+
+    def _skipper(self, staged: dict[str, Path]) -> Callable[[str], bool]:
+        ignore = self._gitignore(staged)
+        return lambda path: always_ignored(path) or ignore.ignores(path)
+
+    def _plan_tree(
+        self, files: list[FileSpec], blobs: BlobSource, stage: Path | None
+    ) -> tuple[dict[str, Path], set[str], bool]:
+        """(what is staged from *blobs* into *stage* (None: only look), the blobs lacking,
+        whether the root ``.gitignore`` was known). Blocking."""
+        staged: dict[str, Path] = {}
+        lacking: set[str] = set()
+
+        def take(entry: FileSpec) -> bool:
+            """The entry's bytes are in the tree or staged; False if its blob is lacking."""
+            if self._sha_now(entry.path) == entry.sha256:
+                return True
+            if stage is None:
+                if blobs.has(entry.sha256):
+                    return True
+            else:
+                dest = stage / str(len(staged))
+                if blobs.copy(entry.sha256, dest):
+                    staged[entry.path] = dest
+                    return True
+            lacking.add(entry.sha256)
+            return False
+
+        gitignore = next((f for f in files if f.path == ".gitignore" and f.link is None), None)
+        if gitignore is not None and not take(gitignore):
+            return staged, lacking, False
+        if stage is None and gitignore is not None and ".gitignore" not in staged:
+            # only looking: read the .gitignore the commit would use
+            source = blobs.path(gitignore.sha256)
+            if self._sha_now(".gitignore") != gitignore.sha256 and source is not None:
+                staged[".gitignore"] = source
+        skip = self._skipper(staged)
+        if stage is None:
+            staged.pop(".gitignore", None)
+        for entry in files:
+            if entry.link is None and entry is not gitignore and not skip(entry.path):
+                take(entry)
+        return staged, lacking, True
+
     def _mkstage(self) -> str:
         return tempfile.mkdtemp(prefix="stage-", dir=self.meta_dir)
 
     async def _receive_all(
-        self, body: _Body, payloads: list[PayloadSpec], stage: Path
+        self, body: DecodedBody, payloads: list[PayloadSpec], stage: Path
     ) -> tuple[dict[str, Path], list[str]]:
         staged: dict[str, Path] = {}
         need_full: list[str] = []

@@ -35,22 +35,30 @@ DRIVER_NAME: Final = "gradle"
 DEFAULT_BUILD_UID: Final = 65534
 _ORG: Final = re.compile(r"[A-Za-z0-9_\-]{1,128}")
 _CLOSE_GRACE_S: Final = 10.0
+DEBIAN_ANDROID_SDK: Final = "/usr/lib/android-sdk"
 
 
 @attrs.frozen
 class GradleConfig:
     """*gradle_homes*: where the organizations' Gradle user homes live (None: ``gradle-homes``
-    next to the host's ``instances`` directory). *build_uid*: None picks `DEFAULT_BUILD_UID`
+    next to the host's ``instances`` directory); *blob_stores*: the organizations' sync blobs
+    (None: ``build-blobs`` there too). *build_uid*: None picks `DEFAULT_BUILD_UID`
     when hostd is root and hostd's own user otherwise."""
 
     gradle_homes: Path | None = None
+    blob_stores: Path | None = None
     build_uid: int | None = None
     limits: SandboxLimits = attrs.field(factory=SandboxLimits)
     keepalive_s: float = 15.0
     gradle: str = "gradle"
+    #: ANDROID_SDK_ROOT of gradle builds (a path the sandbox sees: under /usr); None looks for
+    #: Debian's android-sdk (`DEBIAN_ANDROID_SDK`).
+    android_sdk_root: str | None = None
 
     def build_config(self, spec: DeviceSpec) -> BuildConfig:
-        homes = self.gradle_homes or spec.sandbox_dir.parent.parent / "gradle-homes"
+        data = spec.sandbox_dir.parent.parent
+        homes = self.gradle_homes or data / "gradle-homes"
+        blobs = self.blob_stores or data / "build-blobs"
         org = spec.organization_id or "_unowned"
         if not _ORG.fullmatch(org):
             raise InvalidSpecError(f"bad organization id {org!r}")
@@ -63,8 +71,11 @@ class GradleConfig:
         return BuildConfig(
             sandbox=sandbox,
             gradle_home=homes / org,
+            blobs=blobs / org,
             gradle=self.gradle,
             keepalive_s=self.keepalive_s,
+            android_sdk_root=self.android_sdk_root
+            or (DEBIAN_ANDROID_SDK if os.path.isdir(DEBIAN_ANDROID_SDK) else None),
         )
 
 
@@ -85,6 +96,7 @@ class GradleDevice(VirtualDevice):
             for run in self.builds.list():
                 await run.done.wait()
             await self.builds.wait_reports()  # the last build's log reaches the server
+        self.builds.drop_webhooks()
         await super().aclose()
 
 
