@@ -10,7 +10,8 @@
 5. permission  a scoped token only what its scopes open (``x-devyard-scope``); read-only
                keys read; the role is at least ``x-devyard-role`` (403);
 6. input       path and query parameters and the JSON body against the document (400);
-               a path or query that is not UTF-8 once percent-decoded is 400 before anything.
+               a path or query that is not UTF-8 once percent-decoded, or holds a NUL, is
+               400 before anything.
 
 Scope comes before permission so that a viewer probing another organization's ids learns
 nothing (404, never 403), and identity comes before input so that an anonymous caller cannot
@@ -94,17 +95,21 @@ async def before_request() -> None:
 
 def _check_target() -> None:
     """400 for a path or query that is not UTF-8 once percent-decoded (``%ED%A0%80``, a lone
-    surrogate): the framework would silently turn it into U+FFFD and look up something else."""
+    surrogate): the framework would silently turn it into U+FFFD and look up something else;
+    and for one holding a NUL (``%00``), which PostgreSQL refuses in text where SQLite takes it:
+    the same 400 on both backends rather than a driver error."""
     scope = request.scope
     for part, what in ((scope.get("raw_path"), "path"), (scope.get("query_string"), "query")):
         if not part:
             continue
         try:
-            unquote_to_bytes(bytes(part)).decode("utf-8")
+            decoded = unquote_to_bytes(bytes(part)).decode("utf-8")
         except UnicodeDecodeError as exc:
             raise BadRequest(
                 f"the {what} is not UTF-8 once percent-decoded", reason="invalid_parameter"
             ) from exc
+        if "\x00" in decoded:  # no name or value of ours holds one; PostgreSQL text cannot
+            raise BadRequest(f"the {what} holds a NUL character (%00)", reason="invalid_parameter")
 
 
 def _spend(wait: float, whose: str) -> None:

@@ -75,6 +75,8 @@ def _translate(exc: psycopg.Error) -> Exception:
         return Conflict("a referenced object does not exist (deleted meanwhile?)")
     if isinstance(exc, psycopg.IntegrityError):
         return InvalidValue(exc.diag.message_primary or str(exc))
+    if isinstance(exc, psycopg.DataError):  # e.g. a NUL in text, which SQLite would store
+        return InvalidValue(str(exc).strip())
     if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
         return StoreUnavailable(str(exc).strip())
     return exc

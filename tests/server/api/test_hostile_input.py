@@ -132,3 +132,22 @@ async def test_a_surrogate_in_a_path_or_query_is_400_without_a_traceback(
         )
         _assert_api_error(response, "GET /v1/assets?nameFilter=")
     _assert_quiet(caplog)
+
+
+async def test_a_nul_in_a_path_or_query_is_400_on_both_backends(
+    server: BoundServer, callers: Callers, caplog: pytest.LogCaptureFixture
+) -> None:
+    """PostgreSQL refuses NUL in text (psycopg DataError) where SQLite stores it: a ``%00``
+    in a filter once reached the driver and answered 500 (found by conformance fuzzing)."""
+    caplog.set_level(logging.DEBUG)
+    async with httpx.AsyncClient(base_url=server.local_url, timeout=30) as http:
+        for target in (
+            "/v1/assets?nameFilter=a%00b",
+            "/v1/assets/asset%00x",
+            "/v1/tunnels?labelSelector=a%00",
+            f"/organizations/{callers.admin.org_id}/apiKeys/key%00",
+        ):
+            response = await http.get(target, headers=callers.admin.headers)
+            _assert_api_error(response, f"GET {target}")
+            assert "NUL" in response.json()["message"]
+    _assert_quiet(caplog)
