@@ -6,6 +6,7 @@ handles a refused upgrade the same way as any other API error.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterable, MutableMapping
 from typing import Any, Final
@@ -55,19 +56,31 @@ def error_headers(status: int, body: bytes) -> list[tuple[bytes, bytes]]:
 def bearer_from(
     headers: Iterable[tuple[bytes, bytes]], query_string: bytes | None = None
 ) -> str | None:
-    """The ``Authorization: Bearer`` credential, else (given a *query_string*) its ``token``
-    parameter."""
+    """The ``Authorization: Bearer`` credential, or the password of ``Authorization: Basic``
+    (Gradle's HTTP build cache can send only Basic: any user name, the token as password,
+    docs/builds.md), else (given a *query_string*) its ``token`` parameter."""
     for name, value in headers:
         if bytes(name).lower() == b"authorization":
             scheme, _, credential = bytes(value).decode("latin-1").partition(" ")
             if scheme.lower() == "bearer" and credential.strip():
                 return credential.strip()
+            if scheme.lower() == "basic" and (password := _basic_password(credential)):
+                return password
     if query_string is not None:
         params = parse_qs(bytes(query_string).decode("latin-1"))
         values = params.get("token")
         if values and values[0]:
             return values[0]
     return None
+
+
+def _basic_password(credential: str) -> str | None:
+    try:
+        decoded = base64.b64decode(credential.strip(), validate=True).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        return None
+    _, colon, password = decoded.partition(":")
+    return password if colon and password else None
 
 
 async def reject_websocket(
