@@ -14,16 +14,24 @@ thread, from the value current at that moment. So
 
 ``keyframe epoch`` counts `request_keyframe` calls: a stream that has not yet answered the
 current epoch sends a frame even if the picture did not change. JPEG frames are all keyframes.
+
+H.264 goes through `_shared.video`: one `H264Tier` (encoder) per output size and frame rate,
+held while a viewer's iterator holds it (a weak map), shared by every viewer of that tier.
 """
 
 from __future__ import annotations
 
 import math
+import time
+import weakref
+from collections.abc import AsyncIterator, Callable
 from typing import Final
 
 import trio
+from PIL import Image
 
 from .._errors import InvalidInputError
+from .._shared.video import H264Stream, H264Tier
 from ..base import Codec, Frame
 from .render import encode_jpeg, encode_png, render
 from .ui import Screen
@@ -45,6 +53,10 @@ class LiveScreen:
         self.started_at = started_at
         self._png: tuple[int, bytes] | None = None
         self._jpeg: dict[tuple[int, int | None], tuple[bytes, int, int]] = {}
+        self._capture_us: dict[tuple[int, int | None], int] = {}
+        self._tiers: weakref.WeakValueDictionary[tuple[int | None, float], H264Tier] = (
+            weakref.WeakValueDictionary()
+        )
 
     @property
     def screen(self) -> Screen:
@@ -69,6 +81,7 @@ class LiveScreen:
         self._screen = screen
         self._version += 1
         self._jpeg.clear()
+        self._capture_us.clear()
         self._wake()
         return True
 
@@ -84,6 +97,15 @@ class LiveScreen:
         """Return once the screen is past ``version``, a keyframe was asked, or it closed."""
         while self._version == version and self._key_epoch == key_epoch and not self._closed:
             await self._changed.wait()
+
+    def snapshot(self) -> tuple[int, Callable[[], Image.Image]]:
+        """(version, a function drawing that picture), for `H264Tier` (run in a thread)."""
+        screen = self._screen
+        return self._version, lambda: render(screen)
+
+    def capture_us(self, version: int, max_size: int | None) -> int:
+        """The wall clock (µs) when the cached JPEG of *version* was taken."""
+        return self._capture_us.get((version, max_size), 0)
 
     async def png(self) -> bytes:
         version, screen = self._version, self._screen
@@ -102,29 +124,53 @@ class LiveScreen:
         if cached is not None:
             await trio.lowlevel.checkpoint()
             return (version, *cached)
+        captured = time.time_ns() // 1000
         encoded = await trio.to_thread.run_sync(lambda: encode_jpeg(render(screen), max_size))
         if version == self._version:
             if len(self._jpeg) >= _JPEG_CACHE:
                 self._jpeg.clear()
+                self._capture_us.clear()
             self._jpeg[(version, max_size)] = encoded
+            self._capture_us[(version, max_size)] = captured
         return (version, *encoded)
 
     def frames(self, *, max_fps: float, max_size: int | None) -> FrameStream:
         return FrameStream(self, max_fps=max_fps, max_size=max_size)
+
+    def h264_frames(self, *, max_fps: float, max_size: int | None) -> AsyncIterator[Frame]:
+        """H.264 frames from the tier of (size, fps), made on first use, shared after."""
+        _check(max_fps, max_size)
+        key = (max_size, max_fps)
+        tier = self._tiers.get(key)
+        if tier is None:
+            tier = H264Tier(self, max_size=max_size, max_fps=max_fps)
+            self._tiers[key] = tier
+        return _h264(H264Stream(tier))
 
     def _wake(self) -> None:
         self._changed.set()
         self._changed = trio.Event()
 
 
+def _check(max_fps: float, max_size: int | None) -> None:
+    if not (math.isfinite(max_fps) and 0 < max_fps <= MAX_FPS_LIMIT):
+        raise InvalidInputError(f"max_fps must be in (0, {MAX_FPS_LIMIT:g}]: {max_fps!r}")
+    if max_size is not None and max_size < MIN_MAX_SIZE:
+        raise InvalidInputError(f"max_size must be at least {MIN_MAX_SIZE}: {max_size!r}")
+
+
+async def _h264(stream: H264Stream) -> AsyncIterator[Frame]:
+    async for f in stream:
+        yield Frame(
+            Codec.H264, f.data, f.width, f.height, f.pts_us, f.keyframe, f.seq, f.capture_us
+        )
+
+
 class FrameStream:
     """One viewer's frames: an async iterator that ends when the device closes."""
 
     def __init__(self, live: LiveScreen, *, max_fps: float, max_size: int | None) -> None:
-        if not (math.isfinite(max_fps) and 0 < max_fps <= MAX_FPS_LIMIT):
-            raise InvalidInputError(f"max_fps must be in (0, {MAX_FPS_LIMIT:g}]: {max_fps!r}")
-        if max_size is not None and max_size < MIN_MAX_SIZE:
-            raise InvalidInputError(f"max_size must be at least {MIN_MAX_SIZE}: {max_size!r}")
+        _check(max_fps, max_size)
         self._live = live
         self._interval = 1.0 / max_fps
         self._max_size = max_size
@@ -156,6 +202,7 @@ class FrameStream:
             pts_us=round((now - live.started_at) * 1_000_000),
             keyframe=True,
             seq=self._seq,
+            capture_us=live.capture_us(version, self._max_size),
         )
         self._seq += 1
         return frame
