@@ -8,9 +8,9 @@ size and frame rate. It encodes nothing by itself: a viewer with nothing left to
 picture changed (or a key frame is due), the others wait on the lock and find the new frame.
 So no viewer, no encoding; one encoding per change for all viewers; at most ``max_fps``.
 
-Key frames (IDR): on a viewer's join (at once), every `KEY_INTERVAL_S` while the picture keeps
-changing, and for a viewer that fell behind (at most one such per `MIN_KEY_GAP_S`). A static
-screen sends nothing at all after its key frame.
+Key frames (IDR): on a viewer's join (at once), every `KEY_INTERVAL_S` worth of frames at
+``max_fps`` while the picture keeps changing, and for a viewer that fell behind (at most one
+such per `MIN_KEY_GAP_S`). A static screen sends nothing at all after its key frame.
 
 The tier keeps the frames since its latest key frame, at most `HISTORY` of them. A viewer
 (`H264Stream`) sends them in order; one that fell further behind than that (its transport was
@@ -32,6 +32,8 @@ from typing import TYPE_CHECKING, Final, Protocol
 
 import attrs
 import trio
+
+from ..base import Codec, Frame
 
 if TYPE_CHECKING:
     from PIL import Image
@@ -158,6 +160,8 @@ class H264Tier:
         self.source = source
         self.max_size = max_size
         self._interval = 1.0 / max_fps
+        self._gop = max(1, round(KEY_INTERVAL_S * max_fps))
+        self._since_key = 0
         self._encoder: _Encoder | None = None
         self._lock = trio.Lock()
         self._history: collections.deque[EncodedFrame] = collections.deque(maxlen=HISTORY)
@@ -244,7 +248,7 @@ class H264Tier:
             self._encoded is None
             or self._key_at <= now
             or epoch != self._encoded[1]
-            or now - self._last_key >= KEY_INTERVAL_S
+            or self._since_key + 1 >= self._gop
         )
         version, draw = source.snapshot()
         capture_us = time.time_ns() // 1000
@@ -270,7 +274,9 @@ class H264Tier:
         self._not_before = now + self._interval
         if not data:  # (x264 with zerolatency answers every frame at once; never seen)
             return
+        self._since_key += 1
         if key:
+            self._since_key = 0
             self._history.clear()
             self._last_key = now
             self.keyframes += 1
@@ -297,7 +303,7 @@ class H264Stream:
     def __aiter__(self) -> H264Stream:
         return self
 
-    async def __anext__(self) -> EncodedFrame:
+    async def __anext__(self) -> Frame:
         tier = self.tier
         while True:
             if tier.source.closed:
@@ -306,7 +312,16 @@ class H264Stream:
             if frame is not None:
                 self._last = frame.seq
                 await trio.lowlevel.checkpoint()
-                return frame
+                return Frame(
+                    Codec.H264,
+                    frame.data,
+                    frame.width,
+                    frame.height,
+                    frame.pts_us,
+                    frame.keyframe,
+                    frame.seq,
+                    frame.capture_us,
+                )
             if self._last is not None and tier.behind(self._last):
                 self.drops += 1
                 self._floor, self._last = tier.seq, None

@@ -145,7 +145,7 @@ class LiveScreen:
         if tier is None:
             tier = H264Tier(self, max_size=max_size, max_fps=max_fps)
             self._tiers[key] = tier
-        return _h264(H264Stream(tier))
+        return H264Stream(tier)
 
     def _wake(self) -> None:
         self._changed.set()
@@ -157,13 +157,6 @@ def _check(max_fps: float, max_size: int | None) -> None:
         raise InvalidInputError(f"max_fps must be in (0, {MAX_FPS_LIMIT:g}]: {max_fps!r}")
     if max_size is not None and max_size < MIN_MAX_SIZE:
         raise InvalidInputError(f"max_size must be at least {MIN_MAX_SIZE}: {max_size!r}")
-
-
-async def _h264(stream: H264Stream) -> AsyncIterator[Frame]:
-    async for f in stream:
-        yield Frame(
-            Codec.H264, f.data, f.width, f.height, f.pts_us, f.keyframe, f.seq, f.capture_us
-        )
 
 
 class FrameStream:
