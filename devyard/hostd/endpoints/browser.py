@@ -8,6 +8,10 @@ one of docs/devices.md "Browser stream":
                       "rotation", "codecs", "instanceId", "platform", "model"}
     browser -> host  {"type": "start", "codec": "jpeg", "maxFps"?, "maxSize"?}       (v1)
                      {"type": "start", "protocol": 2, "accept": "h264,jpeg", ...} (v2)
+                     v2 "ackWindow": N (1-64): at most N frames unacknowledged in flight;
+                     the viewer then sends {"type": "ack", "count"} (frames it received
+                     since "started"), and a viewer behind on acks gets no frame (H.264:
+                     it resumes at a key frame) rather than filling the network's buffers
     host -> browser  v2 only: {"type": "started", "protocol": 2, "codec"} (the first accepted
                      codec the device offers)
     host -> browser  media frames, binary:
@@ -146,6 +150,10 @@ class _Viewer:
         self.channel = channel
         self.device = device
         self._frames_scope: trio.CancelScope | None = None
+        self._window = 0  # frames in flight without an ack; 0: no acks asked for
+        self._sent = 0
+        self._acked = 0
+        self._ack_event = trio.Event()
 
     async def send_json(self, message: dict[str, Any]) -> None:
         await self.channel.send(json.dumps(message, separators=(",", ":")))
@@ -212,6 +220,10 @@ class _Viewer:
             device.request_keyframe()
         elif kind == "keepAlive":
             pass
+        elif kind == "ack":
+            self._acked = max(self._acked, int(_num(message, "count")))
+            self._ack_event.set()
+            self._ack_event = trio.Event()
         else:
             raise _BadInput(f"unknown message type {kind!r}")
 
@@ -233,8 +245,12 @@ class _Viewer:
         max_size = message.get("maxSize")
         if max_size is not None and (not isinstance(max_size, int) or max_size < 16):
             raise _BadInput("start: 'maxSize' must be an integer >= 16")
+        window = message.get("ackWindow", 0) if version == 2 else 0
+        if not isinstance(window, int) or isinstance(window, bool) or not 0 <= window <= 64:
+            raise _BadInput("start: 'ackWindow' must be an integer from 0 to 64")
         frames = device.frames(codec=codec, max_fps=max_fps, max_size=max_size)
         self._stop_frames()
+        self._window, self._sent, self._acked = window, 0, 0
         if version == 2:
             await self.send_json({"type": "started", "protocol": 2, "codec": codec.value})
         self._frames_scope = await nursery.start(self._send_frames, frames, version)
@@ -253,6 +269,9 @@ class _Viewer:
         with trio.CancelScope() as scope:
             task_status.started(scope)
             async for frame in frames:
+                while self._window and self._sent - self._acked >= self._window:
+                    await self._ack_event.wait()  # the iterator is not pulled meanwhile
+                self._sent += 1
                 if version == 1:
                     data = media_frame(KIND_JPEG, frame.keyframe, frame.pts_us, frame.data)
                 else:

@@ -161,8 +161,11 @@ async def test_protocol_2_h264_decodes_and_carries_seq_and_capture_time(rig: Rig
             refused = await _next_json(ws)
             assert refused["type"] == "error" and "none of 'vp9'" in refused["message"]
 
-            start = {"type": "start", "protocol": 2, "accept": "av1,h264,jpeg", "maxFps": 60}
-            await ws.send_message(json.dumps(start))
+            start: dict[str, Any] = {"type": "start", "protocol": 2, "accept": "av1,h264,jpeg"}
+            await ws.send_message(json.dumps({**start, "ackWindow": 65}))
+            refused = await _next_json(ws)
+            assert refused["message"] == "start: 'ackWindow' must be an integer from 0 to 64"
+            await ws.send_message(json.dumps({**start, "maxFps": 60, "ackWindow": 1}))
             assert await _next_json(ws) == {"type": "started", "protocol": 2, "codec": "h264"}
             seqs, keys = [], []
             for step in range(6):
@@ -172,6 +175,8 @@ async def test_protocol_2_h264_decodes_and_carries_seq_and_capture_time(rig: Rig
                 assert kind == 1  # H.264
                 assert 0 < time.time() * 1e6 - capture_us < 10e6  # the host's clock, here
                 seqs.append(seq)
+                # with a window of one, the next frame waits for this ack
+                await ws.send_message(json.dumps({"type": "ack", "count": step + 1}))
                 keys.append(flags & 1)
                 (picture,) = decoder.decode(av.Packet(message[_V2.size :]))
                 assert isinstance(picture, av.VideoFrame)

@@ -222,10 +222,12 @@ class H264Tier:
             now = trio.current_time()
             changed = self._encoded != (source.version, source.key_epoch)
             due = changed or self._key_at <= now or self._encoded is None
-            if due and now >= self._not_before:
-                return
-            deadline = self._not_before if due else self._key_at
-            with trio.move_on_at(deadline):
+            if due:
+                if now >= self._not_before:
+                    return
+                await trio.sleep_until(self._not_before)  # paced: changes meanwhile collapse
+                continue
+            with trio.move_on_at(self._key_at):
                 await self._wait_change()
 
     async def _wait_change(self) -> None:

@@ -52,8 +52,7 @@ class LiveScreen:
         self._closed = False
         self.started_at = started_at
         self._png: tuple[int, bytes] | None = None
-        self._jpeg: dict[tuple[int, int | None], tuple[bytes, int, int]] = {}
-        self._capture_us: dict[tuple[int, int | None], int] = {}
+        self._jpeg: dict[tuple[int, int | None], tuple[bytes, int, int, int]] = {}
         self._tiers: weakref.WeakValueDictionary[tuple[int | None, float], H264Tier] = (
             weakref.WeakValueDictionary()
         )
@@ -81,7 +80,6 @@ class LiveScreen:
         self._screen = screen
         self._version += 1
         self._jpeg.clear()
-        self._capture_us.clear()
         self._wake()
         return True
 
@@ -103,10 +101,6 @@ class LiveScreen:
         screen = self._screen
         return self._version, lambda: render(screen)
 
-    def capture_us(self, version: int, max_size: int | None) -> int:
-        """The wall clock (µs) when the cached JPEG of *version* was taken."""
-        return self._capture_us.get((version, max_size), 0)
-
     async def png(self) -> bytes:
         version, screen = self._version, self._screen
         if self._png is not None and self._png[0] == version:
@@ -117,22 +111,22 @@ class LiveScreen:
             self._png = (version, data)
         return data
 
-    async def jpeg(self, max_size: int | None) -> tuple[int, bytes, int, int]:
-        """(version, data, width, height) of the current picture."""
+    async def jpeg(self, max_size: int | None) -> tuple[int, bytes, int, int, int]:
+        """(version, data, width, height, capture wall clock µs) of the current picture."""
         version, screen = self._version, self._screen
         cached = self._jpeg.get((version, max_size))
         if cached is not None:
             await trio.lowlevel.checkpoint()
             return (version, *cached)
         captured = time.time_ns() // 1000
-        encoded = await trio.to_thread.run_sync(lambda: encode_jpeg(render(screen), max_size))
+        data, width, height = await trio.to_thread.run_sync(
+            lambda: encode_jpeg(render(screen), max_size)
+        )
         if version == self._version:
             if len(self._jpeg) >= _JPEG_CACHE:
                 self._jpeg.clear()
-                self._capture_us.clear()
-            self._jpeg[(version, max_size)] = encoded
-            self._capture_us[(version, max_size)] = captured
-        return (version, *encoded)
+            self._jpeg[(version, max_size)] = (data, width, height, captured)
+        return version, data, width, height, captured
 
     def frames(self, *, max_fps: float, max_size: int | None) -> FrameStream:
         return FrameStream(self, max_fps=max_fps, max_size=max_size)
@@ -183,7 +177,7 @@ class FrameStream:
         if live.closed:
             raise StopAsyncIteration
         epoch = live.key_epoch
-        version, data, width, height = await live.jpeg(self._max_size)
+        version, data, width, height, captured = await live.jpeg(self._max_size)
         now = trio.current_time()
         self._sent_version, self._sent_epoch = version, epoch
         self._not_before = now + self._interval
@@ -195,7 +189,7 @@ class FrameStream:
             pts_us=round((now - live.started_at) * 1_000_000),
             keyframe=True,
             seq=self._seq,
-            capture_us=live.capture_us(version, self._max_size),
+            capture_us=captured,
         )
         self._seq += 1
         return frame
