@@ -22,18 +22,20 @@ held while a viewer's iterator holds it (a weak map), shared by every viewer of 
 from __future__ import annotations
 
 import math
+import threading
 import time
 import weakref
 from collections.abc import AsyncIterator, Callable
 from typing import Final
 
+import attrs
 import trio
 from PIL import Image
 
 from .._errors import InvalidInputError
 from .._shared.video import H264Stream, H264Tier
 from ..base import Codec, Frame
-from .render import encode_jpeg, encode_png, render
+from .render import draw_marks, encode_jpeg, encode_png, render
 from .ui import Screen
 
 __all__ = ["FrameStream", "LiveScreen"]
@@ -52,6 +54,8 @@ class LiveScreen:
         self._closed = False
         self.started_at = started_at
         self._png: tuple[int, bytes] | None = None
+        self._base: tuple[Screen, Image.Image] | None = None
+        self._base_lock = threading.Lock()
         self._jpeg: dict[tuple[int, int | None], tuple[bytes, int, int, int]] = {}
         self._tiers: weakref.WeakValueDictionary[tuple[int | None, float], H264Tier] = (
             weakref.WeakValueDictionary()
@@ -99,14 +103,29 @@ class LiveScreen:
     def snapshot(self) -> tuple[int, Callable[[], Image.Image]]:
         """(version, a function drawing that picture), for `H264Tier` (run in a thread)."""
         screen = self._screen
-        return self._version, lambda: render(screen)
+        return self._version, lambda: self._render(screen)
+
+    def _render(self, screen: Screen) -> Image.Image:
+        """`render`, reusing the last picture without touch marks: a moving pointer redraws
+        only its marks (at 800x1280 a full render costs ~5x a JPEG encode; bench/README.md).
+        Called from worker threads, hence the lock around the one-entry cache."""
+        if not screen.marks:
+            return render(screen)
+        base = attrs.evolve(screen, marks=())
+        with self._base_lock:
+            cached = self._base
+        if cached is None or cached[0] != base:
+            cached = (base, render(base))
+            with self._base_lock:
+                self._base = cached
+        return draw_marks(cached[1].copy(), screen)
 
     async def png(self) -> bytes:
         version, screen = self._version, self._screen
         if self._png is not None and self._png[0] == version:
             await trio.lowlevel.checkpoint()
             return self._png[1]
-        data = await trio.to_thread.run_sync(lambda: encode_png(render(screen)))
+        data = await trio.to_thread.run_sync(lambda: encode_png(self._render(screen)))
         if version == self._version:
             self._png = (version, data)
         return data
@@ -120,7 +139,7 @@ class LiveScreen:
             return (version, *cached)
         captured = time.time_ns() // 1000
         data, width, height = await trio.to_thread.run_sync(
-            lambda: encode_jpeg(render(screen), max_size)
+            lambda: encode_jpeg(self._render(screen), max_size)
         )
         if version == self._version:
             if len(self._jpeg) >= _JPEG_CACHE:
