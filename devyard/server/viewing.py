@@ -38,7 +38,7 @@ __all__ = [
 
 _DOMAIN: Final = b"devyard view token\0"
 #: What a view-only browser may send: ask for frames, stop them, keep the socket alive.
-VIEW_MESSAGES: Final = frozenset({"start", "stop", "requestFrame", "keepAlive"})
+VIEW_MESSAGES: Final = frozenset({"start", "stop", "requestFrame", "keepAlive", "ack"})
 MAX_VIEW_MESSAGE_CHARS: Final = 1024
 
 

@@ -130,6 +130,7 @@ IMPORT_NAMES: Mapping[str, str] = {
     "pyyaml": "yaml",
     "jsonschema-rs": "jsonschema_rs",
     "pillow": "PIL",
+    "av": "av",
     "httpx": "httpx",
     "prometheus-client": "prometheus_client",
     "dnspython": "dns",

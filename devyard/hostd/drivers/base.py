@@ -209,7 +209,9 @@ class Frame:
     """One encoded frame of the screen.
 
     ``pts_us`` counts microseconds from the device's start (monotonic, trio's clock);
-    ``seq`` counts frames of one ``frames()`` iterator from 0. JPEG frames are all keyframes.
+    ``seq`` counts frames of one ``frames()`` iterator from 0 (H.264: of the shared encoder, so
+    a gap is a skipped frame). JPEG frames are all keyframes. ``capture_us`` is the wall clock
+    (``time.time``, µs) when the picture was taken, 0 where the driver does not know it.
     """
 
     codec: Codec
@@ -219,6 +221,7 @@ class Frame:
     pts_us: int
     keyframe: bool
     seq: int
+    capture_us: int = 0
 
 
 @attrs.frozen

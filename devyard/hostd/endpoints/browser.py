@@ -4,12 +4,21 @@ The edge carries the browser's WebSocket messages over a ``device-stream`` strea
 messages (docs/protocol.md 6.3): text is JSON control, binary is media. The protocol is the
 one of docs/devices.md "Browser stream":
 
-    host -> browser  {"type": "hello", "protocol": 1, "width", "height", "rotation", "codecs",
-                      "instanceId", "platform", "model"}
-    browser -> host  {"type": "start", "codec": "jpeg", "maxFps"?, "maxSize"?}
-    host -> browser  media frames, binary: [u8 kind][u8 flags][u64 BE pts us][payload]
-                     kind 3 = JPEG picture, 4 = PNG screenshot (the answer to "screenshot");
-                     flags bit 0 = keyframe
+    host -> browser  {"type": "hello", "protocol": 1, "protocols": [1, 2], "width", "height",
+                      "rotation", "codecs", "instanceId", "platform", "model"}
+    browser -> host  {"type": "start", "codec": "jpeg", "maxFps"?, "maxSize"?}       (v1)
+                     {"type": "start", "protocol": 2, "accept": "h264,jpeg", ...} (v2)
+                     v2 "ackWindow": N (1-64): at most N frames unacknowledged in flight;
+                     the viewer then sends {"type": "ack", "count"} (frames it received
+                     since "started"), and a viewer behind on acks gets no frame (H.264:
+                     it resumes at a key frame) rather than filling the network's buffers
+    host -> browser  v2 only: {"type": "started", "protocol": 2, "codec"} (the first accepted
+                     codec the device offers)
+    host -> browser  media frames, binary:
+                     v1 [u8 kind][u8 flags][u64 BE pts us][payload]
+                     v2 [u8 kind][u8 flags][u64 BE pts us][u32 BE seq][u64 BE capture us][payload]
+                     kind 1 = H.264 access unit (Annex B; v2 only), 3 = JPEG picture,
+                     4 = PNG screenshot (the answer to "screenshot"); flags bit 0 = keyframe
     browser -> host  {"type": "touch", "pointerId", "action", "x", "y"} (x, y in [0, 1]),
                      "key" {key}, "text" {text}, "scroll" {x, y, dx, dy},
                      "clipboard" {text?} (without text: the host answers {"type": "clipboard",
@@ -19,7 +28,9 @@ one of docs/devices.md "Browser stream":
 
 A new ``start`` replaces the running one (codec or size change) and begins with a keyframe.
 Frames are pulled from the device's iterator only as fast as the stream takes them, and the
-iterator keeps only the latest picture: a slow viewer gets fewer frames, never a backlog.
+iterator keeps only the latest picture (H.264: the frames since the last key frame, at most
+a few; drivers/_shared/video.py): a slow viewer gets fewer frames, never a backlog.
+``capture us`` is the host's wall clock when the picture was taken (docs/live-view.md).
 """
 
 from __future__ import annotations
@@ -28,6 +39,7 @@ import json
 import logging
 import math
 import struct
+from collections.abc import AsyncIterator
 from typing import Any, Final
 
 import trio
@@ -37,6 +49,7 @@ from ..drivers import (
     Codec,
     DeviceDriver,
     DeviceError,
+    Frame,
     Key,
     Rotation,
     TouchAction,
@@ -47,10 +60,14 @@ log = logging.getLogger(__name__)
 __all__ = ["PROTOCOL_VERSION", "serve_browser_stream"]
 
 PROTOCOL_VERSION: Final = 1
+PROTOCOLS: Final = (1, 2)
+KIND_H264: Final = 1
 KIND_JPEG: Final = 3
 KIND_SCREENSHOT: Final = 4
 FLAG_KEYFRAME: Final = 1
 _MEDIA_HEADER: Final = struct.Struct(">BBQ")
+_MEDIA_HEADER_V2: Final = struct.Struct(">BBQIQ")
+_KINDS: Final = {Codec.H264: KIND_H264, Codec.JPEG: KIND_JPEG}
 _KEEPALIVE_S: Final = 15.0
 _DEFAULT_FPS: Final = 30.0
 #: Control messages are flat objects; text and clipboard carry the only long strings.
@@ -65,11 +82,20 @@ def media_frame(kind: int, keyframe: bool, pts_us: int, payload: bytes) -> bytes
     return _MEDIA_HEADER.pack(kind, FLAG_KEYFRAME if keyframe else 0, pts_us) + payload
 
 
+def media_frame_v2(frame: Frame) -> bytes:
+    flags = FLAG_KEYFRAME if frame.keyframe else 0
+    header = _MEDIA_HEADER_V2.pack(
+        _KINDS[frame.codec], flags, frame.pts_us, frame.seq & 0xFFFFFFFF, frame.capture_us
+    )
+    return header + frame.data
+
+
 def _hello(device: DeviceDriver) -> dict[str, Any]:
     info = device.describe()
     return {
         "type": "hello",
         "protocol": PROTOCOL_VERSION,
+        "protocols": list(PROTOCOLS),
         "width": info.width,
         "height": info.height,
         "rotation": int(info.rotation),
@@ -124,6 +150,10 @@ class _Viewer:
         self.channel = channel
         self.device = device
         self._frames_scope: trio.CancelScope | None = None
+        self._window = 0  # frames in flight without an ack; 0: no acks asked for
+        self._sent = 0
+        self._acked = 0
+        self._ack_event = trio.Event()
 
     async def send_json(self, message: dict[str, Any]) -> None:
         await self.channel.send(json.dumps(message, separators=(",", ":")))
@@ -160,16 +190,7 @@ class _Viewer:
         kind = message.get("type")
         device = self.device
         if kind == "start":
-            codec = Codec(message.get("codec", Codec.JPEG.value))
-            if codec not in device.describe().codecs:
-                raise _BadInput(f"codec {codec.value!r} is not offered by this device")
-            max_fps = _num(message, "maxFps", _DEFAULT_FPS)
-            max_size = message.get("maxSize")
-            if max_size is not None and (not isinstance(max_size, int) or max_size < 16):
-                raise _BadInput("start: 'maxSize' must be an integer >= 16")
-            frames = device.frames(codec=codec, max_fps=max_fps, max_size=max_size)
-            self._stop_frames()
-            self._frames_scope = await nursery.start(self._send_frames, frames)
+            await self._start(message, nursery)
         elif kind == "stop":
             self._stop_frames()
         elif kind == "touch":
@@ -199,8 +220,40 @@ class _Viewer:
             device.request_keyframe()
         elif kind == "keepAlive":
             pass
+        elif kind == "ack":
+            self._acked = max(self._acked, int(_num(message, "count")))
+            self._ack_event.set()
+            self._ack_event = trio.Event()
         else:
             raise _BadInput(f"unknown message type {kind!r}")
+
+    async def _start(self, message: dict[str, Any], nursery: trio.Nursery) -> None:
+        device = self.device
+        version = message.get("protocol", 1)
+        if version not in PROTOCOLS or isinstance(version, bool):
+            raise _BadInput(f"start: 'protocol' must be one of {list(PROTOCOLS)}")
+        offered = device.describe().codecs
+        if version == 1:
+            codec = Codec(message.get("codec", Codec.JPEG.value))
+            if codec is not Codec.JPEG:  # v1 frames say neither seq nor which H.264 unit
+                raise _BadInput("protocol 1 streams jpeg only")
+        else:
+            codec = _negotiate(message.get("accept"), offered)
+        if codec not in offered:
+            raise _BadInput(f"codec {codec.value!r} is not offered by this device")
+        max_fps = _num(message, "maxFps", _DEFAULT_FPS)
+        max_size = message.get("maxSize")
+        if max_size is not None and (not isinstance(max_size, int) or max_size < 16):
+            raise _BadInput("start: 'maxSize' must be an integer >= 16")
+        window = message.get("ackWindow", 0) if version == 2 else 0
+        if not isinstance(window, int) or isinstance(window, bool) or not 0 <= window <= 64:
+            raise _BadInput("start: 'ackWindow' must be an integer from 0 to 64")
+        frames = device.frames(codec=codec, max_fps=max_fps, max_size=max_size)
+        self._stop_frames()
+        self._window, self._sent, self._acked = window, 0, 0
+        if version == 2:
+            await self.send_json({"type": "started", "protocol": 2, "codec": codec.value})
+        self._frames_scope = await nursery.start(self._send_frames, frames, version)
 
     def _stop_frames(self) -> None:
         if self._frames_scope is not None:
@@ -208,14 +261,34 @@ class _Viewer:
             self._frames_scope = None
 
     async def _send_frames(
-        self, frames: Any, task_status: trio.TaskStatus[trio.CancelScope]
+        self,
+        frames: AsyncIterator[Frame],
+        version: int,
+        task_status: trio.TaskStatus[trio.CancelScope],
     ) -> None:
         with trio.CancelScope() as scope:
             task_status.started(scope)
             async for frame in frames:
-                await self.channel.send(
-                    media_frame(KIND_JPEG, frame.keyframe, frame.pts_us, frame.data)
-                )
+                while self._window and self._sent - self._acked >= self._window:
+                    await self._ack_event.wait()  # the iterator is not pulled meanwhile
+                self._sent += 1
+                if version == 1:
+                    data = media_frame(KIND_JPEG, frame.keyframe, frame.pts_us, frame.data)
+                else:
+                    data = media_frame_v2(frame)
+                await self.channel.send(data)
+
+
+def _negotiate(accept: object, offered: tuple[Codec, ...]) -> Codec:
+    """The first codec of the viewer's *accept* (codec names, comma-separated, the viewer's
+    preference first: control messages are flat) that the device offers."""
+    if not isinstance(accept, str) or not accept:
+        raise _BadInput("start: 'accept' must be codec names separated by commas")
+    for name in accept.split(","):
+        if name.strip() in {c.value for c in offered}:
+            return Codec(name.strip())
+    names = ",".join(c.value for c in offered)
+    raise _BadInput(f"start: none of {accept!r} is offered (this device sends {names!r})")
 
 
 async def serve_browser_stream(stream: trio.abc.Stream, device: DeviceDriver) -> None:

@@ -53,7 +53,7 @@ async def test_models_describe_their_screen(
         info = dev.describe()
         assert (info.platform, info.model, info.os_name) == (platform, expected, os_name)
         assert (info.width, info.height, info.rotation) == (width, height, Rotation.PORTRAIT)
-        assert info.has_screen and info.codecs == (Codec.JPEG,)
+        assert info.has_screen and info.codecs == (Codec.JPEG, Codec.H264)
         assert info.driver == "virtual" and info.instance_id.startswith(str(platform))
         png = await dev.screenshot()
         assert png.startswith(b"\x89PNG\r\n\x1a\n")

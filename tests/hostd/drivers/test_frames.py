@@ -14,7 +14,7 @@ import trio
 import trio.testing
 from PIL import Image
 
-from devyard.hostd.drivers import Codec, Frame, InvalidInputError, UnsupportedOperationError
+from devyard.hostd.drivers import Codec, Frame, InvalidInputError
 from devyard.hostd.drivers.virtual import VirtualDevice
 
 
@@ -137,7 +137,8 @@ async def test_frames_end_when_the_device_closes(
         ({"max_fps": 0}, InvalidInputError),
         ({"max_fps": float("inf")}, InvalidInputError),
         ({"max_size": 4}, InvalidInputError),
-        ({"codec": Codec.H264}, UnsupportedOperationError),
+        ({"codec": Codec.H264, "max_fps": 0}, InvalidInputError),
+        ({"codec": Codec.H264, "max_size": 4}, InvalidInputError),
     ],
 )
 async def test_bad_frame_options(

@@ -36,7 +36,7 @@ def test_a_view_token_opens_only_its_instance_and_names_its_credential() -> None
 
 def test_only_frame_requests_pass_the_view_only_filter() -> None:
     allowed = [{"type": "start", "codec": "jpeg", "maxFps": 5}, {"type": "stop"}]
-    allowed += [{"type": "requestFrame"}, {"type": "keepAlive"}]
+    allowed += [{"type": "requestFrame"}, {"type": "keepAlive"}, {"type": "ack", "count": 3}]
     for message in allowed:
         assert view_message_allowed(json.dumps(message)), message
     refused: list[str | bytes] = [

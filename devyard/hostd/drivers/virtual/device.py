@@ -71,6 +71,7 @@ import attrs
 import trio
 
 from .._errors import AppNotFoundError, InvalidInputError, UnsupportedOperationError
+from .._shared import video
 from .._shared.logbuffer import LogBuffer
 from .._shared.ports import ListeningSocket, PortHandler, PortTable, SocketKind
 from ..base import (
@@ -101,6 +102,7 @@ __all__ = ["DRIVER_NAME", "VirtualDevice", "open_virtual_device"]
 
 DRIVER_NAME: Final = "virtual"
 MAX_SCROLL: Final = 10.0  # screen heights per scroll call
+_VIDEO: Final = (Codec.H264,) if video.AVAILABLE else ()
 
 
 class _State(enum.Enum):
@@ -207,7 +209,7 @@ class VirtualDevice:
             height=height,
             rotation=self._live.screen.rotation,
             density=self._model.density,
-            codecs=(Codec.JPEG,) if has_screen else (),
+            codecs=(Codec.JPEG, *_VIDEO) if has_screen else (),
         )
 
     # -- screen -----------------------------------------------------------------------------
@@ -223,8 +225,10 @@ class VirtualDevice:
         max_size: int | None = None,
     ) -> AsyncIterator[Frame]:
         self._require_screen()
+        if codec is Codec.H264 and _VIDEO:
+            return self._live.h264_frames(max_fps=max_fps, max_size=max_size)
         if codec is not Codec.JPEG:
-            raise UnsupportedOperationError(f"the virtual device encodes jpeg only, not {codec}")
+            raise UnsupportedOperationError(f"the virtual device cannot encode {codec}")
         return self._live.frames(max_fps=max_fps, max_size=max_size)
 
     def request_keyframe(self) -> None:

@@ -14,18 +14,28 @@ thread, from the value current at that moment. So
 
 ``keyframe epoch`` counts `request_keyframe` calls: a stream that has not yet answered the
 current epoch sends a frame even if the picture did not change. JPEG frames are all keyframes.
+
+H.264 goes through `_shared.video`: one `H264Tier` (encoder) per output size and frame rate,
+held while a viewer's iterator holds it (a weak map), shared by every viewer of that tier.
 """
 
 from __future__ import annotations
 
 import math
+import threading
+import time
+import weakref
+from collections.abc import AsyncIterator, Callable
 from typing import Final
 
+import attrs
 import trio
+from PIL import Image
 
 from .._errors import InvalidInputError
+from .._shared.video import H264Stream, H264Tier
 from ..base import Codec, Frame
-from .render import encode_jpeg, encode_png, render
+from .render import draw_marks, encode_jpeg, encode_png, render
 from .ui import Screen
 
 __all__ = ["FrameStream", "LiveScreen"]
@@ -44,7 +54,12 @@ class LiveScreen:
         self._closed = False
         self.started_at = started_at
         self._png: tuple[int, bytes] | None = None
-        self._jpeg: dict[tuple[int, int | None], tuple[bytes, int, int]] = {}
+        self._base: tuple[Screen, Image.Image] | None = None
+        self._base_lock = threading.Lock()
+        self._jpeg: dict[tuple[int, int | None], tuple[bytes, int, int, int]] = {}
+        self._tiers: weakref.WeakValueDictionary[tuple[int | None, float], H264Tier] = (
+            weakref.WeakValueDictionary()
+        )
 
     @property
     def screen(self) -> Screen:
@@ -85,46 +100,83 @@ class LiveScreen:
         while self._version == version and self._key_epoch == key_epoch and not self._closed:
             await self._changed.wait()
 
+    def snapshot(self) -> tuple[int, Callable[[], Image.Image]]:
+        """(version, a function drawing that picture), for `H264Tier` (run in a thread)."""
+        screen = self._screen
+        return self._version, lambda: self._render(screen)
+
+    def _render(self, screen: Screen) -> Image.Image:
+        """`render`, reusing the last picture without touch marks: a moving pointer redraws
+        only its marks (at 800x1280 a full render costs ~5x a JPEG encode; bench/README.md).
+        Called from worker threads, hence the lock around the one-entry cache."""
+        if not screen.marks:
+            return render(screen)
+        base = attrs.evolve(screen, marks=())
+        with self._base_lock:
+            cached = self._base
+        if cached is None or cached[0] != base:
+            cached = (base, render(base))
+            with self._base_lock:
+                self._base = cached
+        return draw_marks(cached[1].copy(), screen)
+
     async def png(self) -> bytes:
         version, screen = self._version, self._screen
         if self._png is not None and self._png[0] == version:
             await trio.lowlevel.checkpoint()
             return self._png[1]
-        data = await trio.to_thread.run_sync(lambda: encode_png(render(screen)))
+        data = await trio.to_thread.run_sync(lambda: encode_png(self._render(screen)))
         if version == self._version:
             self._png = (version, data)
         return data
 
-    async def jpeg(self, max_size: int | None) -> tuple[int, bytes, int, int]:
-        """(version, data, width, height) of the current picture."""
+    async def jpeg(self, max_size: int | None) -> tuple[int, bytes, int, int, int]:
+        """(version, data, width, height, capture wall clock µs) of the current picture."""
         version, screen = self._version, self._screen
         cached = self._jpeg.get((version, max_size))
         if cached is not None:
             await trio.lowlevel.checkpoint()
             return (version, *cached)
-        encoded = await trio.to_thread.run_sync(lambda: encode_jpeg(render(screen), max_size))
+        captured = time.time_ns() // 1000
+        data, width, height = await trio.to_thread.run_sync(
+            lambda: encode_jpeg(self._render(screen), max_size)
+        )
         if version == self._version:
             if len(self._jpeg) >= _JPEG_CACHE:
                 self._jpeg.clear()
-            self._jpeg[(version, max_size)] = encoded
-        return (version, *encoded)
+            self._jpeg[(version, max_size)] = (data, width, height, captured)
+        return version, data, width, height, captured
 
     def frames(self, *, max_fps: float, max_size: int | None) -> FrameStream:
         return FrameStream(self, max_fps=max_fps, max_size=max_size)
+
+    def h264_frames(self, *, max_fps: float, max_size: int | None) -> AsyncIterator[Frame]:
+        """H.264 frames from the tier of (size, fps), made on first use, shared after."""
+        _check(max_fps, max_size)
+        key = (max_size, max_fps)
+        tier = self._tiers.get(key)
+        if tier is None:
+            tier = H264Tier(self, max_size=max_size, max_fps=max_fps)
+            self._tiers[key] = tier
+        return H264Stream(tier)
 
     def _wake(self) -> None:
         self._changed.set()
         self._changed = trio.Event()
 
 
+def _check(max_fps: float, max_size: int | None) -> None:
+    if not (math.isfinite(max_fps) and 0 < max_fps <= MAX_FPS_LIMIT):
+        raise InvalidInputError(f"max_fps must be in (0, {MAX_FPS_LIMIT:g}]: {max_fps!r}")
+    if max_size is not None and max_size < MIN_MAX_SIZE:
+        raise InvalidInputError(f"max_size must be at least {MIN_MAX_SIZE}: {max_size!r}")
+
+
 class FrameStream:
     """One viewer's frames: an async iterator that ends when the device closes."""
 
     def __init__(self, live: LiveScreen, *, max_fps: float, max_size: int | None) -> None:
-        if not (math.isfinite(max_fps) and 0 < max_fps <= MAX_FPS_LIMIT):
-            raise InvalidInputError(f"max_fps must be in (0, {MAX_FPS_LIMIT:g}]: {max_fps!r}")
-        if max_size is not None and max_size < MIN_MAX_SIZE:
-            raise InvalidInputError(f"max_size must be at least {MIN_MAX_SIZE}: {max_size!r}")
+        _check(max_fps, max_size)
         self._live = live
         self._interval = 1.0 / max_fps
         self._max_size = max_size
@@ -144,7 +196,7 @@ class FrameStream:
         if live.closed:
             raise StopAsyncIteration
         epoch = live.key_epoch
-        version, data, width, height = await live.jpeg(self._max_size)
+        version, data, width, height, captured = await live.jpeg(self._max_size)
         now = trio.current_time()
         self._sent_version, self._sent_epoch = version, epoch
         self._not_before = now + self._interval
@@ -156,6 +208,7 @@ class FrameStream:
             pts_us=round((now - live.started_at) * 1_000_000),
             keyframe=True,
             seq=self._seq,
+            capture_us=captured,
         )
         self._seq += 1
         return frame

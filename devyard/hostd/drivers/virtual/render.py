@@ -22,7 +22,7 @@ from ..base import Platform
 from .layout import Layout, Rect
 from .ui import CONTENT_ROWS, Screen, UiApp
 
-__all__ = ["app_color", "encode_jpeg", "encode_png", "render"]
+__all__ = ["app_color", "draw_marks", "encode_jpeg", "encode_png", "render"]
 
 RGB = tuple[int, int, int]
 
@@ -274,6 +274,12 @@ def _marks(draw: ImageDraw.ImageDraw, screen: Screen, layout: Layout) -> None:
         if mark.pressed:
             dot = radius // 2
             draw.ellipse((mark.x - dot, mark.y - dot, mark.x + dot, mark.y + dot), fill=MARK)
+
+
+def draw_marks(image: Image.Image, screen: Screen) -> Image.Image:
+    """*image* (the screen rendered without its touch marks) with the marks drawn on it."""
+    _marks(ImageDraw.Draw(image), screen, screen.layout)
+    return image
 
 
 def encode_png(image: Image.Image) -> bytes:
