@@ -9,6 +9,7 @@
     devyard whoami | org | members | keys | regions   user commands (devyard.client.commands)
     devyard android|ios|xcode|gradle ...             instances and device verbs
     devyard tunnel ... | login | profiles             tunnels; saved servers and keys (docs/cli.md)
+    devyard usage | completion bash|zsh|fish         a usage chart; shell completion
 
 This is the edge where configuration is read: flags, ``os.environ`` and an optional file
 become one frozen config value, passed down. Subcommands live in their packages and are
@@ -279,7 +280,26 @@ def build_parser() -> argparse.ArgumentParser:
     _add_server_commands(sub)
     for name in _COMMAND_MODULES:
         importlib.import_module(name).add_commands(sub)
+    _add_completion(sub, parser)
     return parser
+
+
+def _add_completion(sub: Sub, root: argparse.ArgumentParser) -> None:
+    """``devyard completion bash|zsh|fish``: needs no server and no extra."""
+
+    def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+        from .client.completion import script  # noqa: PLC0415
+
+        sys.stdout.write(script(root, args.shell))
+        return 0
+
+    completion = sub.add_parser(
+        "completion",
+        help="print a shell completion script (bash, zsh, fish)",
+        description="source <(devyard completion bash); for zsh and fish: docs/cli.md",
+    )
+    completion.add_argument("shell", choices=("bash", "zsh", "fish"))
+    completion.set_defaults(run=run)
 
 
 def _extra_of(args: argparse.Namespace) -> str | None:

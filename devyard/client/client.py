@@ -107,12 +107,14 @@ class AsyncClient(ResourceMethods):
             headers["Authorization"] = f"Bearer {api_key}"
         self.base_url: Final = base_url.rstrip("/")
         self._retry = retry
+        #: what verifies the server's certificate; InstanceApi uses it for the instance's API
+        self.tls_context: Final = client_context(ca_file)
         self._http = httpx.AsyncClient(
             base_url=self.base_url,
             headers=headers,
             timeout=timeout,
             transport=transport,
-            verify=client_context(ca_file),
+            verify=self.tls_context,
             http2=http2,
         )
 
