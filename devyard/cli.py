@@ -58,6 +58,8 @@ _COMMAND_MODULES: Final = (
     "devyard.connector.commands",
 )
 
+_CONNECTOR_COMMANDS: Final = "devyard.connector.commands"
+
 # What a command needs beyond `pip install devyard` (the connector): pyproject's extras.
 _EXTRAS: Final[Mapping[str, str]] = {
     "up": "server,hostd",
@@ -271,12 +273,17 @@ def _host_token(config: ServerConfig, action: str, host: str | None) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(*, connector_only: bool = False) -> argparse.ArgumentParser:
+    """The whole command tree; *connector_only*: just ``devyard connector ...``, so the
+    connector's start does not pay for declaring every API command (docs/cli.md)."""
     parser = argparse.ArgumentParser(
         prog="devyard", description="An open, self-hostable remote device service."
     )
     parser.add_argument("--version", action="version", version=f"devyard {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    if connector_only:
+        importlib.import_module(_CONNECTOR_COMMANDS).add_commands(sub)
+        return parser
     _add_server_commands(sub)
     for name in _COMMAND_MODULES:
         importlib.import_module(name).add_commands(sub)
@@ -324,7 +331,8 @@ def _only(group: BaseExceptionGroup[BaseException], kind: type[BaseException]) -
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(connector_only=words[:1] == ["connector"]).parse_args(words)
     try:
         code: int = args.run(args, os.environ)
         sys.stdout.flush()
