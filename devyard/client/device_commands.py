@@ -164,11 +164,11 @@ async def _shell(client: AsyncClient, args: argparse.Namespace, out: TextIO) -> 
     if args.json:
         json.dump(result, out, indent=2)
         out.write("\n")
-        return
-    out.write(result.get("stdout", ""))
-    out.flush()
-    sys.stderr.write(result.get("stderr", ""))
-    code = int(result.get("exitCode", 0))
+    else:
+        out.write(result.get("stdout", ""))
+        out.flush()
+        sys.stderr.write(result.get("stderr", ""))
+    code = int(result.get("exitCode", 0))  # the exit code is the command's, --json or not
     if code:
         raise CommandExit(code if 0 < code < 256 else 1)
 
@@ -216,8 +216,11 @@ async def _pull(client: AsyncClient, args: argparse.Namespace, out: TextIO) -> N
 
             try:
                 await api.pull(args.remote, to_file)
-            except IsADirectoryError:
-                raise UsageError(f"{args.remote} is a directory") from None
+            except Exception as exc:
+                await trio.Path(target).unlink(missing_ok=True)  # no half or empty file
+                if isinstance(exc, IsADirectoryError):
+                    raise UsageError(f"{args.remote} is a directory") from None
+                raise
     _said(args, out, f"{args.remote} -> {target} ({size} bytes)", {"path": target, "bytes": size})
 
 

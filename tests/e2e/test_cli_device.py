@@ -179,14 +179,17 @@ async def test_device_verbs_fields_and_pipes(up: Up, tmp_path: Path) -> None:
 
     shell = await cli("android", "shell", iid, "--", "echo", "hi")
     assert (shell.code, shell.out) == (0, "hi\n"), shell.err
-    failing = await cli("android", "shell", iid, "ls", "/no/such/dir")
-    assert failing.code not in (0, 70) and failing.err, failing
+    failing = await cli("android", "shell", "--json", iid, "ls", "/no/such/dir")
+    assert failing.code == json.loads(failing.out)["exitCode"] != 0, failing  # --json or not
 
     (tmp_path / "note.txt").write_bytes(b"hello device\n")
     pushed = await cli("android", "push", "--json", iid, "note.txt", "/sdcard/note.txt")
     assert pushed.json()["size"] == 13
     pulled = await cli("android", "pull", iid, "/sdcard/note.txt", "-")
     assert pulled.out == "hello device\n"
+    into_dir = await cli("android", "pull", iid, "/sdcard")
+    assert into_dir.code == 2 and "directory" in into_dir.err
+    assert not (tmp_path / "sdcard").exists()  # no empty file left behind
     watch = await cli("android", "watch", "--no-browser", iid)
     assert watch.code == 0 and watch.out.startswith(("http://", "https://")), watch
 
