@@ -9,6 +9,7 @@
     devyard whoami | org | members | keys | regions   user commands (devyard.client.commands)
     devyard android|ios|xcode|gradle ...             instances and device verbs
     devyard tunnel ... | login | profiles             tunnels; saved servers and keys (docs/cli.md)
+    devyard usage | completion bash|zsh|fish         a usage chart; shell completion
 
 This is the edge where configuration is read: flags, ``os.environ`` and an optional file
 become one frozen config value, passed down. Subcommands live in their packages and are
@@ -56,6 +57,8 @@ _COMMAND_MODULES: Final = (
     "devyard.hostd.commands",
     "devyard.connector.commands",
 )
+
+_CONNECTOR_COMMANDS: Final = "devyard.connector.commands"
 
 # What a command needs beyond `pip install devyard` (the connector): pyproject's extras.
 _EXTRAS: Final[Mapping[str, str]] = {
@@ -270,16 +273,40 @@ def _host_token(config: ServerConfig, action: str, host: str | None) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(*, connector_only: bool = False) -> argparse.ArgumentParser:
+    """The whole command tree; *connector_only*: just ``devyard connector ...``, so the
+    connector's start does not pay for declaring every API command (docs/cli.md)."""
     parser = argparse.ArgumentParser(
         prog="devyard", description="An open, self-hostable remote device service."
     )
     parser.add_argument("--version", action="version", version=f"devyard {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    if connector_only:
+        importlib.import_module(_CONNECTOR_COMMANDS).add_commands(sub)
+        return parser
     _add_server_commands(sub)
     for name in _COMMAND_MODULES:
         importlib.import_module(name).add_commands(sub)
+    _add_completion(sub, parser)
     return parser
+
+
+def _add_completion(sub: Sub, root: argparse.ArgumentParser) -> None:
+    """``devyard completion bash|zsh|fish``: needs no server and no extra."""
+
+    def run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
+        from .client.completion import script  # noqa: PLC0415
+
+        sys.stdout.write(script(root, args.shell))
+        return 0
+
+    completion = sub.add_parser(
+        "completion",
+        help="print a shell completion script (bash, zsh, fish)",
+        description="source <(devyard completion bash); for zsh and fish: docs/cli.md",
+    )
+    completion.add_argument("shell", choices=("bash", "zsh", "fish"))
+    completion.set_defaults(run=run)
 
 
 def _extra_of(args: argparse.Namespace) -> str | None:
@@ -304,7 +331,8 @@ def _only(group: BaseExceptionGroup[BaseException], kind: type[BaseException]) -
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(connector_only=words[:1] == ["connector"]).parse_args(words)
     try:
         code: int = args.run(args, os.environ)
         sys.stdout.flush()

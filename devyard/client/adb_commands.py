@@ -25,7 +25,7 @@ from .commands import _common, _leaf  # the shared options of every API command
 if TYPE_CHECKING:
     from .client import AsyncClient
 
-__all__ = ["add_commands"]
+__all__ = ["add_commands", "add_connect"]
 
 _START_TIMEOUT_S: Final = 20.0
 
@@ -143,7 +143,15 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         "listen on 127.0.0.1 and carry adb connections to an instance",
         common,
     )
-    connect = adb.add_parser(
+    _forward_options(forward)
+    add_connect(adb, common)
+
+
+def add_connect(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], common: argparse.ArgumentParser
+) -> None:
+    """``connect`` under *sub*: ``devyard adb connect`` and ``devyard android connect``."""
+    connect = sub.add_parser(
         "connect",
         parents=[common],
         help="forward in the background and run adb connect",
@@ -151,13 +159,15 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     )
     connect.set_defaults(run=_run_connect)
     connect.add_argument("--adb", metavar="PATH", help="the adb binary (default: adb on PATH)")
-    for parser in (forward, connect):
-        parser.add_argument("instance_id", metavar="INSTANCE_ID")
-        parser.add_argument("--port", type=int, default=0, help="local port (default: any free)")
-        parser.add_argument("--host", default="127.0.0.1", help="local address (default 127.0.0.1)")
-        parser.add_argument(
-            "--websocket",
-            action="store_true",
-            help="always carry ADB over adbWebSocketUrl, even when the server offers its raw "
-            "link port",
-        )
+    _forward_options(connect)
+
+
+def _forward_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("instance_id", metavar="INSTANCE_ID")
+    parser.add_argument("--port", type=int, default=0, help="local port (default: any free)")
+    parser.add_argument("--host", default="127.0.0.1", help="local address (default 127.0.0.1)")
+    parser.add_argument(
+        "--websocket",
+        action="store_true",
+        help="always carry ADB over adbWebSocketUrl, even when the server offers its raw link port",
+    )

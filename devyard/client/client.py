@@ -1,4 +1,4 @@
-"""The typed client of the devyard API, for trio (httpx's AsyncClient runs on trio).
+"""The typed client of the devyard API, for trio or asyncio (anyio; ``sync.Client`` blocks).
 
     async with AsyncClient("http://127.0.0.1:8080", api_key) as client:
         me = await client.whoami()
@@ -20,13 +20,14 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import quote
 
+import anyio
 import attrs
 import httpx
-import trio
 
 from .. import __version__
 from ..core.tls import client_context
 from ._errors import ResponseError, TransportError, error_for_status
+from ._resource_methods import ResourceMethods
 from .models import (
     ApiKey,
     Asset,
@@ -85,7 +86,7 @@ def _segment(value: str) -> str:
     return quote(value, safe="")
 
 
-class AsyncClient:
+class AsyncClient(ResourceMethods):
     """One connection pool to one devyard server, authenticated with one API key."""
 
     def __init__(
@@ -106,12 +107,14 @@ class AsyncClient:
             headers["Authorization"] = f"Bearer {api_key}"
         self.base_url: Final = base_url.rstrip("/")
         self._retry = retry
+        #: what verifies the server's certificate; InstanceApi uses it for the instance's API
+        self.tls_context: Final = client_context(ca_file)
         self._http = httpx.AsyncClient(
             base_url=self.base_url,
             headers=headers,
             timeout=timeout,
             transport=transport,
-            verify=client_context(ca_file),
+            verify=self.tls_context,
             http2=http2,
         )
 
@@ -147,13 +150,13 @@ class AsyncClient:
             except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as exc:
                 if attempt >= self._retry.max_retries or isinstance(exc, httpx.ReadTimeout):
                     raise TransportError(f"{method} {self.base_url}{path}: {exc!r}") from exc
-                await trio.sleep(self._retry.delay(attempt))
+                await anyio.sleep(self._retry.delay(attempt))
                 attempt += 1
                 continue
             status = response.status_code
             retryable = status in RETRY_STATUSES or status >= 500
             if retryable and attempt < self._retry.max_retries:
-                await trio.sleep(self._retry.delay(attempt, _retry_after(response)))
+                await anyio.sleep(self._retry.delay(attempt, _retry_after(response)))
                 attempt += 1
                 continue
             return _decode(response)

@@ -54,6 +54,15 @@ class UsageError(Exception):
     pass
 
 
+class CommandExit(Exception):
+    """End the command with this exit code and no message (``shell``, ``exec``: the remote
+    command's own status)."""
+
+    def __init__(self, exit_code: int) -> None:
+        super().__init__(exit_code)
+        self.exit_code = exit_code
+
+
 class CommandError(Exception):
     """A command's own failure: one line for stderr and its exit code."""
 
@@ -140,13 +149,27 @@ def _run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         return EXIT_USAGE
     handler: Handler = args.handler
 
+    out: TextIO = sys.stdout
+    if getattr(args, "field", None):
+        from .select import FieldSelector, SelectError  # noqa: PLC0415
+
+        args.json = True
+        try:
+            out = FieldSelector(sys.stdout, args.field)
+        except SelectError as exc:
+            print(f"devyard: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+
     async def main() -> None:
         ca_file = Path(env[ENV_CA_FILE]) if env.get(ENV_CA_FILE) else None  # docs/tls.md
         async with AsyncClient(base_url, api_key, ca_file=ca_file) as client:
-            await handler(client, args, sys.stdout)
+            await handler(client, args, out)
+        out.flush()
 
     try:
         trio.run(main)
+    except CommandExit as exc:
+        return exc.exit_code
     except (DevyardError, CommandError, UsageError) as exc:
         print(f"devyard: error: {_one_line(exc)}", file=sys.stderr)
         return EXIT_USAGE if isinstance(exc, UsageError) else exit_code_of(exc)
@@ -305,6 +328,13 @@ def _common() -> argparse.ArgumentParser:
     )
     group.add_argument("--api-key-file", metavar="FILE", help="file holding the API key")
     group.add_argument("--json", action="store_true", help="print the API's JSON, for scripts")
+    group.add_argument(
+        "--field",
+        action="append",
+        metavar="PATH",
+        help="print only this field of the JSON (dotted, e.g. status.state; repeatable: "
+        "tab-separated); a list gives one line per item, and '.' each item as one JSON line",
+    )
     return common
 
 

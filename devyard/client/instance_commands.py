@@ -1,10 +1,9 @@
-"""``devyard android|ios|xcode|gradle create|list|get|delete`` and the device verbs.
+"""``devyard android|ios|xcode|gradle create|list|get|delete``; the verbs on one instance
+are declared by ``device_commands`` (android, ios) and ``build_commands`` (xcode, gradle).
 
-    devyard android create --label pr=42 --wait [--rm] [--json]
+    devyard android create --label pr=42 --wait [--rm] [--reuse] [--json]
     devyard android list [--label pr=42] [--state ready] [--json]
     devyard android get|delete ID
-    devyard android screenshot ID -o shot.png | tap ID X Y | type ID TEXT
-    devyard android open-url ID URL | install ID FILE | apps ID
 
 Device verbs talk to the instance's own API (``status.apiUrl``, with the instance token the
 API returns to a controlling key), streamed through the server's gateway. Tables for people,
@@ -18,11 +17,10 @@ import argparse
 import json
 import sys
 from collections.abc import AsyncIterator, Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TextIO
 from urllib.parse import quote
 
-from .commands import EXIT_CONFLICT, EXIT_TIMEOUT, CommandError, UsageError, _common, _leaf
+from .commands import EXIT_TIMEOUT, CommandError, UsageError, _common, _leaf
 
 if TYPE_CHECKING:
     from .client import AsyncClient
@@ -81,7 +79,15 @@ def _show(instances: list[Mapping[str, Any]], args: argparse.Namespace, out: Tex
 async def _create(client: AsyncClient, args: argparse.Namespace, out: TextIO) -> None:
     import trio  # noqa: PLC0415
 
-    body: dict[str, Any] = {"metadata": {"labels": _labels(args.label)}}
+    labels = _labels(args.label)
+    if args.reuse:  # a ready instance with these labels, if there is one
+        selector = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+        ready = {"state": "ready", **({"labelSelector": selector} if selector else {})}
+        async for found in _pages(client, _collection(args), ready):
+            args.many = False
+            _show([found], args, out)
+            return
+    body: dict[str, Any] = {"metadata": {"labels": labels}}
     if args.name:
         body["metadata"]["displayName"] = args.name
     if args.region:
@@ -152,132 +158,6 @@ async def _delete(client: AsyncClient, args: argparse.Namespace, out: TextIO) ->
     out.write(f"deleted {args.id}\n")
 
 
-# -- device verbs: the instance's own API ----------------------------------------------------
-
-
-async def _device(
-    client: AsyncClient,
-    args: argparse.Namespace,
-    method: str,
-    path: str,
-    *,
-    body: object = None,
-    content: Any = None,
-    params: Mapping[str, str] | None = None,
-) -> Any:
-    """One request to the instance's device API; the httpx response."""
-    import httpx  # noqa: PLC0415
-
-    from ._errors import TransportError, error_for_status  # noqa: PLC0415
-
-    instance: Any = await client.request("GET", _one(args))
-    status = instance.get("status", {})
-    if status.get("state") != "ready" or not status.get("apiUrl") or not status.get("token"):
-        raise CommandError(
-            f"{args.id} is {status.get('state', 'not ready')}, not ready", EXIT_CONFLICT
-        )
-    headers = {"Authorization": f"Bearer {status['token']}"}
-    try:
-        async with httpx.AsyncClient(timeout=300) as http:
-            answer = await http.request(
-                method,
-                status["apiUrl"].rstrip("/") + path,
-                json=body,
-                content=content,
-                params=params,
-                headers=headers,
-            )
-    except httpx.HTTPError as exc:
-        raise TransportError(f"{method} {path} on {args.id}: {exc!r}") from exc
-    if answer.status_code >= 400:
-        try:
-            detail = answer.json()
-            message = str(detail.get("message") or detail.get("error") or answer.text)
-        except ValueError:
-            message = answer.text.strip() or answer.reason_phrase
-        raise error_for_status(answer.status_code, message, reason=None)
-    return answer
-
-
-async def _ok(answer: Any, args: argparse.Namespace, out: TextIO, said: str) -> None:
-    if args.json:
-        json.dump(answer.json(), out, indent=2)
-        out.write("\n")
-    else:
-        out.write(said + "\n")
-
-
-async def _screenshot(client: AsyncClient, args: argparse.Namespace, out: TextIO) -> None:
-    import trio  # noqa: PLC0415
-
-    answer = await _device(client, args, "GET", "/screenshot")
-    target = Path(args.output or f"{args.id}.png")
-    if args.output == "-":
-        sys.stdout.buffer.write(answer.content)
-        sys.stdout.buffer.flush()
-        return
-    await trio.Path(target).write_bytes(answer.content)
-    if args.json:
-        json.dump({"path": str(target), "bytes": len(answer.content)}, out)
-        out.write("\n")
-    else:
-        out.write(f"{target} ({len(answer.content)} bytes)\n")
-
-
-async def _tap(client: AsyncClient, args: argparse.Namespace, out: TextIO) -> None:
-    body = {"type": "tap", "x": args.x, "y": args.y}
-    await _ok(await _device(client, args, "POST", "/input", body=body), args, out, "tapped")
-
-
-async def _type(client: AsyncClient, args: argparse.Namespace, out: TextIO) -> None:
-    body = {"type": "text", "text": args.text}
-    await _ok(await _device(client, args, "POST", "/input", body=body), args, out, "typed")
-
-
-async def _open_url(client: AsyncClient, args: argparse.Namespace, out: TextIO) -> None:
-    answer = await _device(client, args, "POST", "/open-url", body={"url": args.url})
-    await _ok(answer, args, out, f"opened {args.url}")
-
-
-async def _install(client: AsyncClient, args: argparse.Namespace, out: TextIO) -> None:
-    import trio  # noqa: PLC0415
-
-    path = Path(args.file)
-    try:
-        size = (await trio.Path(path).stat()).st_size
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror}") from exc
-
-    async def chunks() -> AsyncIterator[bytes]:
-        async with await trio.open_file(path, "rb") as source:
-            sent = 0
-            while chunk := await source.read(_CHUNK):
-                sent += len(chunk)
-                if not args.json and sys.stderr.isatty():
-                    print(f"\rupload {sent * 100 // max(size, 1)}%", end="", file=sys.stderr)
-                yield chunk
-
-    answer = await _device(
-        client, args, "POST", "/apps", content=chunks(), params={"suffix": path.suffix}
-    )
-    if not args.json and sys.stderr.isatty():
-        print(file=sys.stderr)
-    app = answer.json()
-    await _ok(answer, args, out, f"installed {app.get('id') or path.name}")
-
-
-async def _apps(client: AsyncClient, args: argparse.Namespace, out: TextIO) -> None:
-    from .output import print_table  # noqa: PLC0415
-
-    apps = (await _device(client, args, "GET", "/apps")).json()["items"]
-    if args.json:
-        json.dump(apps, out, indent=2)
-        out.write("\n")
-        return
-    rows = [(a.get("id"), a.get("label"), a.get("version")) for a in apps]
-    print_table(("APP", "LABEL", "VERSION"), rows, out)
-
-
 def _article(platform: str) -> str:
     return f"{'an' if platform[0] in 'aeiou' else 'a'} {platform}"
 
@@ -292,7 +172,11 @@ def _positive(text: str) -> float:
 def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     common = _common()
     for platform in PLATFORMS:
-        group = sub.add_parser(platform, help=f"{platform} instances: create, list, get, delete")
+        group = sub.add_parser(
+            platform,
+            help=f"{platform} instances: create, list, get, delete, "
+            + ("device verbs" if platform in _DEVICE_PLATFORMS else "sync, build, exec, logs"),
+        )
         group.set_defaults(platform=platform)
         verbs = group.add_subparsers(dest="instance_command", metavar="COMMAND", required=True)
         create = _leaf(verbs, "create", _create, f"create {_article(platform)} instance", common)
@@ -304,6 +188,9 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
             "--rm", action="store_true", help="wait until ready, hold it; Ctrl-C deletes it"
         )
         create.add_argument(
+            "--reuse", action="store_true", help="a ready instance with these labels, if any"
+        )
+        create.add_argument(
             "--timeout", type=_positive, default=300.0, metavar="SECONDS", help="for --wait"
         )
         listing = _leaf(verbs, "list", _list, f"list {platform} instances (every page)", common)
@@ -313,24 +200,11 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         listing.add_argument("--state", help="comma list: creating,assigned,ready,terminated")
         for name, handler, text in (("get", _get, "show one"), ("delete", _delete, "end one")):
             _leaf(verbs, name, handler, f"{text} {platform} instance", common).add_argument("id")
-        if platform not in _DEVICE_PLATFORMS:
-            continue
-        shot = _leaf(verbs, "screenshot", _screenshot, "save a PNG screenshot", common)
-        shot.add_argument("id")
-        shot.add_argument("-o", "--output", metavar="FILE", help="default ID.png; - is stdout")
-        tap = _leaf(verbs, "tap", _tap, "tap at X Y (pixels of the screen)", common)
-        tap.add_argument("id")
-        tap.add_argument("x", type=float)
-        tap.add_argument("y", type=float)
-        typing = _leaf(verbs, "type", _type, "type TEXT into the focused field", common)
-        typing.add_argument("id")
-        typing.add_argument("text")
-        open_url = _leaf(verbs, "open-url", _open_url, "open a URL on the device", common)
-        open_url.add_argument("id")
-        open_url.add_argument("url")
-        install = _leaf(
-            verbs, "install", _install, "install an app file (apk, ipa, app.zip)", common
-        )
-        install.add_argument("id")
-        install.add_argument("file")
-        _leaf(verbs, "apps", _apps, "list installed apps", common).add_argument("id")
+        if platform in _DEVICE_PLATFORMS:
+            from .device_commands import add_device_verbs  # noqa: PLC0415
+
+            add_device_verbs(verbs, platform, common)
+        else:
+            from .build_commands import add_build_verbs  # noqa: PLC0415
+
+            add_build_verbs(verbs, platform, common)

@@ -108,6 +108,9 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     revoke = _leaf(token, "revoke", _token_revoke, "revoke one scoped token", common)
     revoke.add_argument("token_id", metavar="TOKEN_ID")
 
+    from .usage_commands import add_usage  # noqa: PLC0415
+
+    add_usage(sub, common)
     analytics = _leaf(sub, "analytics", _analytics, "usage of ended instances", common)
     for flag, _, help_text in _BOUND_FLAGS:
         option = "--" + flag.replace("_", "-")
