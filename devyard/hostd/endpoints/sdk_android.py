@@ -259,7 +259,8 @@ async def _scroll_element(calls: DeviceCalls, message: Mapping[str, Any]) -> dic
     found = find(await ui_root(calls), selector)
     if not found:
         raise SdkError("element_not_found", f"no element matches {selector}")
-    return await _scroll(calls, params, tuple(float(v) for v in found[0][0].bounds))  # type: ignore[arg-type]
+    x, y, w, h = found[0][0].bounds
+    return await _scroll(calls, params, (x, y, w, h))
 
 
 async def _open_url(calls: DeviceCalls, message: Mapping[str, Any]) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from typing import Any, Final, Protocol
 import trio
 
 from ...core import RelayChannel, accept_open, reject_open
+from ...core.relay import MAX_RELAY_MESSAGE
 from ..drivers import DeviceDriver
 from .sdk_android import ANDROID
 from .sdk_calls import DeviceCalls, Handler, SdkError
@@ -79,7 +80,12 @@ async def serve_sdk_socket(
     async def writer() -> None:
         async with to_caller:
             async for message in to_caller:
-                await channel.send(json.dumps(message))
+                text = json.dumps(message)
+                if len(text) > MAX_RELAY_MESSAGE:  # the relay's bound: say so, not break off
+                    kind = str(message.get("type", "")).removesuffix("Result")
+                    too_large = SdkError("too_large", "the answer is too large to send")
+                    text = json.dumps(dialect.failure(kind, str(message.get("id", "")), too_large))
+                await channel.send(text)
 
     async def answer(
         kind: str, message: Mapping[str, Any], out: trio.MemorySendChannel[dict[str, Any]]
