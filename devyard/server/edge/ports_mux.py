@@ -34,7 +34,7 @@ from urllib.parse import parse_qs
 
 import trio
 
-from ...core import MuxStream, RemoteProtocolError
+from ...core import RemoteProtocolError
 from .asgi_stream import Receive, Send
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ _RECENT: Final = 1024
 _GONE: Final = (trio.BrokenResourceError, trio.ClosedResourceError, OSError)
 
 #: Opens the ``http`` stream of one connection; raises the caller's refusal when it cannot.
-Opener = Callable[[], Awaitable[MuxStream]]
+Opener = Callable[[], Awaitable[trio.abc.Stream]]
 
 
 class BadMuxPort(Exception):
@@ -164,7 +164,7 @@ class _Tunnel:
 
 
 async def _copy(
-    stream: MuxStream, conn: _Connection, header: bytes, out: trio.MemorySendChannel[bytes]
+    stream: trio.abc.Stream, conn: _Connection, header: bytes, out: trio.MemorySendChannel[bytes]
 ) -> None:
     async def to_device() -> None:
         async for payload in conn.outbox:
