@@ -80,6 +80,9 @@ class ProxyEndpoint:
 class DeviceNetwork:
     policy: NetPolicy = attrs.field(factory=NetPolicy)
     proxy: ProxyEndpoint | None = None
+    #: (host, port) origins fetched from whatever their address: the devyard server, which
+    #: signs asset URLs (an install from an asset's URL, as initial apps do: fetch.py)
+    trusted: frozenset[tuple[str, int]] = frozenset()
 
 
 _NETWORKS: weakref.WeakKeyDictionary[object, DeviceNetwork] = weakref.WeakKeyDictionary()

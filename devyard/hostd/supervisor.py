@@ -49,6 +49,7 @@ from .drivers import (
     Platform,
 )
 from .egress import EgressProxy
+from .fetch import origin_of
 from .initial_assets import forced_app, install_initial_assets, keep_in_foreground
 from .netdial import DeviceNetwork, assign
 from .netpolicy import NetPolicy
@@ -112,6 +113,7 @@ class Supervisor:
         self.attach_timeout = ATTACH_TIMEOUT_S
         self.net_policy = NetPolicy() if net_policy is None else net_policy  # netpolicy.py
         self._asset_origins = () if server_url is None else (server_url,)  # it signs asset URLs
+        self._trusted = frozenset(o[1:] for o in map(origin_of, self._asset_origins) if o)
         self._tls = tls  # verifies https asset servers: the system store plus --ca-file
         # the browser sandbox's executable and limits (hostd/browser, docs/sandbox.md)
         self.browser = BrowserConfig() if browser is None else browser
@@ -250,7 +252,8 @@ class Supervisor:
             raise DeviceError(
                 f"tunnel {name!r} did not attach within {self.attach_timeout:g} s ({last})"
             )
-        assign(device, DeviceNetwork(self.net_policy, proxy.endpoint))  # with its credentials
+        network = DeviceNetwork(self.net_policy, proxy.endpoint, self._trusted)
+        assign(device, network)  # with its credentials
         guest = isinstance(device, GuestNetworkDevice) and device.guest_network
         if isinstance(device, AndroidDevice) and not guest:
             # The virtual device's network commands run on the host: the host's loopback is
@@ -340,7 +343,7 @@ class Supervisor:
                     builds = getattr(device, "builds", None)  # a build instance's (builds/)
                     if isinstance(builds, BuildHost):
                         builds.reporter = partial(self.report_build, instance.instance_id)
-                    assign(device, DeviceNetwork(self.net_policy))
+                    assign(device, DeviceNetwork(self.net_policy, trusted=self._trusted))
                     if tunnel is not None and proxy is not None:  # first: initial apps may need it
                         await self._attach(instance.instance_id, device, tunnel, proxy)
                     workdir = spec.sandbox_dir / "initial-assets"

@@ -342,7 +342,8 @@ class DeviceApi:
                         await out.write(data)
 
                     try:
-                        await fetch(url, sink, policy=network_of(self.device).policy)
+                        network = network_of(self.device)
+                        await fetch(url, sink, policy=network.policy, trusted=network.trusted)
                     except FetchError as exc:
                         log.info("install from a URL: %s (%s)", exc.failure.value, exc)
                         raise RequestError(

@@ -27,6 +27,7 @@ from ..drivers import AndroidDevice, DeviceDriver, Platform
 from .browser import serve_browser_stream
 from .device_api import serve_device_api
 from .ports import serve_port_stream
+from .sdk_ws import serve_sdk_socket
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +121,8 @@ async def _serve_kind(stream: MuxStream, request: dict[str, Any], device: Device
         await serve_cdp(stream, device, request)
     elif kind == "http":  # targetHttpPortUrlPrefix: bytes to a device TCP port
         await serve_port_stream(stream, device, request)
+    elif kind == "sdk":  # the commercial SDKs' device sockets on apiUrl (sdk_ws.py)
+        await serve_sdk_socket(stream, device, request)
     else:
         await reject_open(stream, "bad-request", f"unknown stream kind {kind!r}")
 

@@ -10,6 +10,8 @@ and carries the request over it:
     watch      HTTP GET, token in the query   -> the viewer page (served here)
     endpoint   WebSocket, token or ?token=    -> ``device-stream``: the browser stream, relayed
     adb        WebSocket, instance token (bearer) -> ``adb``: ADB bytes, spliced
+    api/ws, api/signaling  WebSocket, token or ?token= -> ``sdk``: the commercial SDKs'
+                                                   device sockets, relayed (sdk_sockets.py)
     mcp        HTTP, API key or instance token   -> the MCP server (server.mcp, docs/mcp.md),
                                                    which checks its own credentials
 
@@ -67,6 +69,7 @@ from .cdp import CDP_ENDPOINT, is_discovery, serve_discovery
 from .links import Edge
 from .ports import PORTS, PortProxy
 from .ports import PortRefused as _Refused  # one HTTP refusal for the edge's routes
+from .sdk_sockets import REVERSE_TUNNEL, SDK_SOCKETS, refuse_reverse_tunnel
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +158,12 @@ class InstanceGateway:
             await self._http(scope, receive, send)
 
     async def _admit(
-        self, full_path: str, headers: Iterable[tuple[bytes, bytes]], query_string: bytes
+        self,
+        full_path: str,
+        headers: Iterable[tuple[bytes, bytes]],
+        query_string: bytes,
+        *,
+        websocket: bool = False,
     ) -> tuple[InstanceAccess, str, str, str]:
         """(access, endpoint, rest of the path, the token) or _Refused."""
         path = full_path[len(INSTANCES_PREFIX) :]
@@ -163,7 +171,8 @@ class InstanceGateway:
         endpoint, _, rest = tail.partition("/")
         if not instance_id or not endpoint:
             raise _Refused(404, "not_found", f"no such endpoint {full_path}")
-        in_query = endpoint in _QUERY_TOKEN
+        # the SDKs' device sockets put the token in the query (docs/sdk-device.md)
+        in_query = endpoint in _QUERY_TOKEN or (websocket and endpoint == "api")
         token = bearer_from(headers, query_string if in_query else None)
         if endpoint == PORTS:  # ?token= first: then Authorization is the device app's own
             token = bearer_from((), query_string) or token
@@ -247,13 +256,21 @@ class InstanceGateway:
             return
         try:
             access, endpoint, rest, token = await self._admit(
-                str(scope["path"]), scope.get("headers", []), bytes(scope.get("query_string", b""))
+                str(scope["path"]),
+                scope.get("headers", []),
+                bytes(scope.get("query_string", b"")),
+                websocket=True,
             )
             if endpoint == PORTS:  # targetHttpPortUrlPrefix (ports.py)
                 await self._ports.websocket(scope, receive, send, access, token)
                 return
+            if (endpoint, rest) == ("api", REVERSE_TUNNEL):
+                await refuse_reverse_tunnel(send)
+                return
             self._check_room(access)
-            if endpoint == "endpoint":
+            if endpoint == "api" and rest in SDK_SOCKETS:  # the SDKs' device sockets
+                stream = await self._open(access, "sdk", path=rest)
+            elif endpoint == "endpoint":
                 stream = await self._open(access, "device-stream")
             elif endpoint == CDP_ENDPOINT:  # cdp.py
                 stream = await self._open(access, "cdp", path=rest)
@@ -277,7 +294,7 @@ class InstanceGateway:
                         self._recheck, access.instance_id, token, revoked, nursery.cancel_scope
                     )
                 try:
-                    if endpoint in ("endpoint", CDP_ENDPOINT):
+                    if endpoint in ("endpoint", CDP_ENDPOINT, "api"):
                         await _relay(stream, receive, send, view_only=access.view_only)
                     else:
                         await splice(ASGIWebSocketStream(receive, send), stream)

@@ -25,8 +25,8 @@ Open errors: a port nobody listens on is 502 ``port_closed``; a bad port number 
 instance 410 (the gateway); one stream more than ``max_streams`` per instance 429.
 
 The other mode of the same prefix, raw TCP in a WebSocket multiplexed by 4-byte connection
-ids (the commercial SDKs' tunnel, ``{prefix}?port=N`` with no port in the path), fits here:
-it would open one ``http`` stream per connection id and splice bytes; today that URL is a 400.
+ids (the commercial SDKs' tunnel: ``{prefix}{port}?mode=multiplexed`` or ``{prefix}?port=N``),
+is ports_mux.py: one ``http`` stream per connection id, bytes copied, no HTTP at the edge.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ from ..hosts import HostUnavailableError, InstanceAccess, InstanceDirectory
 from .asgi import bearer_from, reject_websocket, send_http_error
 from .asgi_stream import Receive, Send
 from .links import Edge
+from .ports_mux import BadMuxPort, mux_port, serve_multiplexed
 from .ports_ws import relay_websocket
 
 log = logging.getLogger(__name__)
@@ -157,7 +158,16 @@ class PortProxy:
         access: InstanceAccess,
         credential: str,
     ) -> None:
-        """After ``websocket.connect``: the upgrade to the device port, then the relay."""
+        """After ``websocket.connect``: the upgrade to the device port, then the relay; or
+        the multiplexed mode (ports_mux.py)."""
+        try:
+            mux = mux_port(scope, _path_port(scope, access)[0])
+        except BadMuxPort as bad:
+            await reject_websocket(scope, send, 400, bad.message, "bad_request")
+            return
+        if mux is not None:
+            await self._multiplexed(receive, send, scope, access, mux)
+            return
         try:
             port, target = _target(scope, access, credential)
             self._check_room(access)
@@ -183,6 +193,28 @@ class PortProxy:
                 finally:
                     nursery.cancel_scope.cancel()
                     await trio.aclose_forcefully(stream)
+
+    async def _multiplexed(
+        self,
+        receive: Receive,
+        send: Send,
+        scope: MutableMapping[str, Any],
+        access: InstanceAccess,
+        port: int,
+    ) -> None:
+        try:
+            self._check_room(access)
+        except PortRefused as refused:
+            await reject_websocket(scope, send, refused.status, refused.message, refused.reason)
+            return
+        with self._counted(access.instance_id):
+            await send({"type": "websocket.accept"})
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._keep_touching, access.instance_id)
+                try:
+                    await serve_multiplexed(receive, send, lambda: self._open(access, port))
+                finally:
+                    nursery.cancel_scope.cancel()
 
     # ---- shared ----------------------------------------------------------------------------
 
@@ -240,10 +272,7 @@ def _target(
     scope: MutableMapping[str, Any], access: InstanceAccess, credential: str
 ) -> tuple[int, bytes]:
     """(device port, request target on the device) from the raw path, or `PortRefused` 400."""
-    raw = bytes(scope.get("raw_path") or str(scope["path"]).encode("utf-8"))
-    head = f"/v1/instances/{access.instance_id}/{PORTS}".encode()
-    tail = raw[len(head) :] if raw.startswith(head) else b""
-    digits, _, path = tail.removeprefix(b"/").partition(b"/")
+    digits, path = _path_port(scope, access)
     if not digits:
         raise PortRefused(
             400, "bad_request", "name a device port: {targetHttpPortUrlPrefix}{port}/{path}"
@@ -254,6 +283,15 @@ def _target(
         raise PortRefused(400, "bad_request", f"bad device port {shown!r}: 1 to 65535")
     query = _without_credential(bytes(scope.get("query_string", b"")), credential)
     return port, b"/" + path + (b"?" + query if query else b"")
+
+
+def _path_port(scope: MutableMapping[str, Any], access: InstanceAccess) -> tuple[bytes, bytes]:
+    """What follows the prefix in the raw path: (the port's digits, the rest)."""
+    raw = bytes(scope.get("raw_path") or str(scope["path"]).encode("utf-8"))
+    head = f"/v1/instances/{access.instance_id}/{PORTS}".encode()
+    tail = raw[len(head) :] if raw.startswith(head) else b""
+    digits, _, path = tail.removeprefix(b"/").partition(b"/")
+    return digits.partition(b"?")[0], path
 
 
 def _without_credential(query: bytes, credential: str) -> bytes:
