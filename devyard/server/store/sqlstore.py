@@ -37,6 +37,7 @@ from .base import (
     Unset,
     User,
 )
+from .billing import SqlBilling
 from .build_logs import SqlBuildLogs
 from .database import Database, Dialect, Row, Tx
 from .errors import NotFound
@@ -109,6 +110,7 @@ class SqlStore(
     SqlUsage,
     SqlAudit,
     SqlBuildLogs,
+    SqlBilling,
 ):
     """The `base.Store` over a `Database`; obtain one with `open_store`."""
 
