@@ -27,6 +27,7 @@ __all__ = [
     "NoProvider",
     "PaymentMethod",
     "PaymentProvider",
+    "no_provider_error",
 ]
 
 
@@ -103,7 +104,7 @@ class PaymentProvider(Protocol):
         """The next invoice of *subscription_id*; None when nothing is due."""
 
 
-def _no_provider() -> BillingError:
+def no_provider_error() -> BillingError:
     return BillingError(
         BillingReason.NO_PAYMENT_PROVIDER,
         "this deployment has no payment provider (billing.provider = none): there is no "
@@ -117,28 +118,28 @@ class NoProvider:
     name = "none"
 
     def create_customer(self, org_id: str, email: str | None, *, idempotency_key: str) -> str:
-        raise _no_provider()
+        raise no_provider_error()
 
     def portal_url(self, customer_id: str, return_url: str) -> str:
-        raise _no_provider()
+        raise no_provider_error()
 
     def checkout_url(
         self, customer_id: str, org_id: str, price_id: str, return_url: str, *, idempotency_key: str
     ) -> str:
-        raise _no_provider()
+        raise no_provider_error()
 
     def confirm_change_url(
         self, customer_id: str, subscription_id: str, price_id: str, return_url: str
     ) -> str:
-        raise _no_provider()
+        raise no_provider_error()
 
     def schedule_change(
         self, subscription_id: str, price_id: str, *, idempotency_key: str
     ) -> tuple[str, datetime | None]:
-        raise _no_provider()
+        raise no_provider_error()
 
     def release_schedule(self, schedule_id: str) -> None:
-        raise _no_provider()
+        raise no_provider_error()
 
     def default_payment_method(self, customer_id: str) -> PaymentMethod | None:
         return None

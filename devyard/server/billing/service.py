@@ -35,6 +35,7 @@ from .provider import (
     NoProvider,
     PaymentMethod,
     PaymentProvider,
+    no_provider_error,
 )
 from .settings import ProviderConfig, ProviderKind, UnpaidPolicy
 from .stripe_provider import StripeProvider
@@ -176,6 +177,8 @@ class BillingService:
         return plan
 
     async def checkout(self, org_id: str, email: str | None, price_id: str | None) -> str:
+        if isinstance(self.provider, NoProvider):  # say so before judging the price
+            raise no_provider_error()
         plan = self.price(price_id, (await self.current(org_id))[0])
         account = await self._account(org_id, email)
         customer, price = account.customer_id, plan.price_id

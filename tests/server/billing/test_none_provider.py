@@ -1,7 +1,7 @@
 """Billing with ``provider = none`` end to end through the API, on both backends: devyard's own
 plan changes (an upgrade at once, a downgrade at the period end, released on request), the
 plans' actions following the subscription, the next invoice computed locally, and the
-provider's pages refused with a clear 422."""
+provider's pages refused with a clear 409."""
 
 from __future__ import annotations
 
@@ -113,15 +113,13 @@ async def test_a_downgrade_from_the_default_plan_is_scheduled_too(
     assert schedule["effectiveAt"] == "2031-01-01T00:00:00Z"
 
 
-async def test_the_provider_pages_are_422_and_bad_input_4xx(
+async def test_the_provider_pages_are_409_and_bad_input_4xx(
     client: Client, callers: Callers
 ) -> None:
     org = callers.admin.org_id
-    for path in ("/billing", "/checkout?priceId=price_team"):
-        error = await _call(client, callers, "GET", path, status=422)
+    for path in ("/billing", "/checkout?priceId=price_team", "/checkout?priceId=price_nope"):
+        error = await _call(client, callers, "GET", path, status=409)
         assert error["reason"] == "no_payment_provider"
-    error = await _call(client, callers, "GET", "/checkout?priceId=price_nope", status=404)
-    assert error["reason"] == "unknown_price"
     error = await _call(client, callers, "POST", "/plan", status=404, json={"priceId": "price_x"})
     assert error["reason"] == "unknown_price"
     error = await _call(client, callers, "POST", "/plan", status=409,

@@ -6,7 +6,7 @@ An organization is on the catalog's default plan until a subscription moves it
 ``downgrade`` by rank. Invoices are per UTC calendar month, up to the last six that overlap
 ``[from, to)``, amounts in integer minor units; ``timezone`` only formats the boundaries.
 The portal, checkout and plan-change endpoints answer ``{url}`` of a provider page; with
-``billing.provider = none`` the portal and checkout are 422 ``no_payment_provider`` and a plan
+``billing.provider = none`` the portal and checkout are 409 ``no_payment_provider`` and a plan
 change is applied (upgrade) or scheduled (downgrade) by devyard itself.
 """
 
@@ -159,10 +159,10 @@ async def list_invoices(organizationId: str) -> Response:
 # -- subscriptions, billing details, the provider's pages, plan changes -----------------------
 
 _STATUS: dict[BillingReason, type[APIError]] = {
-    BillingReason.NO_PAYMENT_PROVIDER: Unprocessable,
+    BillingReason.NO_PAYMENT_PROVIDER: Conflict,  # the deployment's state, not the input
     BillingReason.PROVIDER_REJECTED: Unprocessable,
     BillingReason.UNKNOWN_PRICE: NotFound,
-    BillingReason.PRICE_REQUIRED: BadRequest,
+    BillingReason.PRICE_REQUIRED: Conflict,  # the current plan has no price to check out
     BillingReason.ALREADY_ON_PLAN: Conflict,
 }
 
