@@ -2,7 +2,7 @@
 loopback fake of Stripe's API (`fake_stripe`; we cannot reach Stripe), and webhook events
 signed with the package's own signer (`stripe.WebhookSignature.generate_signature_header`):
 genuine, forged, stale, future, replayed and out-of-order deliveries, each checked by the
-state it leaves. Both backends."""
+state it leaves. The webhook tests on both backends, the provider's pages on SQLite."""
 
 from __future__ import annotations
 
@@ -93,6 +93,9 @@ async def _deliver(
 
 
 _counter = iter(range(1, 10**6))
+# the provider's pages touch the store as any endpoint does: SQLite is enough for them (the CI
+# budget); the webhook tests, whose at-most-once rests on each backend's ON CONFLICT, run on both
+sqlite_only = pytest.mark.parametrize("database_target", ["sqlite"], indirect=True)
 
 
 def _event(kind: str, obj: dict[str, Any], created: int, event_id: str | None = None) -> Any:
@@ -123,6 +126,7 @@ async def _subscribe(
     return sub
 
 
+@sqlite_only
 async def test_the_portal_enables_billing_once_with_an_idempotent_customer(
     client: Client, callers: Callers, fake: FakeStripe
 ) -> None:
@@ -146,6 +150,7 @@ async def test_the_portal_enables_billing_once_with_an_idempotent_customer(
     assert "upcomingInvoice" not in details
 
 
+@sqlite_only
 async def test_checkout_subscribes_to_a_catalog_price_only(
     client: Client, callers: Callers, fake: FakeStripe
 ) -> None:
@@ -168,6 +173,7 @@ async def test_checkout_subscribes_to_a_catalog_price_only(
     )
 
 
+@sqlite_only
 async def test_subscription_events_set_the_plan_and_changes_go_through_the_provider(
     client: Client, callers: Callers, fake: FakeStripe
 ) -> None:
@@ -285,6 +291,7 @@ async def test_replayed_and_out_of_order_events_never_move_state_backwards(
     await _applied(client, _event("charge.refunded", {"id": "ch_1"}, now), "unmatched")
 
 
+@sqlite_only
 async def test_a_provider_outage_is_503_and_never_blocks_instance_creation(
     store: Store, callers: Callers, manual_clock: ManualClock, tmp_path: Path
 ) -> None:
