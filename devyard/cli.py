@@ -54,6 +54,7 @@ _COMMAND_MODULES: Final = (
     "devyard.client.instance_commands",
     "devyard.client.tunnel_commands",
     "devyard.client.login_commands",
+    "devyard.client.billing_commands",
     "devyard.hostd.commands",
     "devyard.connector.commands",
 )

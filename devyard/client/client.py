@@ -372,6 +372,33 @@ class AsyncClient(ResourceMethods):
             params["startingAfter"] = starting_after
         return _json_object(await self.request("GET", "/v1/analytics/instances", params=params))
 
+    # -- billing (docs/billing.md) ---------------------------------------------------------
+
+    async def list_plan_options(self, org_id: str) -> list[dict[str, Any]]:
+        data = await self.request("GET", f"/organizations/{_segment(org_id)}/plans")
+        return [_json_object(item) for item in data] if isinstance(data, list) else []
+
+    async def list_invoices(self, org_id: str, query: Mapping[str, str]) -> dict[str, Any]:
+        """Invoices; *query* holds any of ``from``, ``to``, ``timezone``."""
+        path = f"/organizations/{_segment(org_id)}/invoices"
+        return _json_object(await self.request("GET", path, params=query))
+
+    async def list_subscriptions(self, org_id: str) -> list[dict[str, Any]]:
+        data = await self.request("GET", f"/organizations/{_segment(org_id)}/subscriptions")
+        return [_json_object(item) for item in data] if isinstance(data, list) else []
+
+    async def billing_details(self, org_id: str) -> dict[str, Any]:
+        path = f"/organizations/{_segment(org_id)}/billing-details"
+        return _json_object(await self.request("GET", path))
+
+    async def plan_schedule(self, org_id: str, *, release: bool = False) -> dict[str, Any]:
+        path = f"/organizations/{_segment(org_id)}/plan/schedule"
+        return _json_object(await self.request("DELETE" if release else "GET", path))
+
+    async def change_plan(self, org_id: str, price_id: str) -> dict[str, Any]:
+        path = f"/organizations/{_segment(org_id)}/plan"
+        return _json_object(await self.request("POST", path, body={"priceId": price_id}))
+
 
 def _decode(response: httpx.Response) -> object:
     """The JSON of a 2xx answer, or the typed error of any other."""

@@ -47,6 +47,8 @@ Keys (file key / environment variable):
     plans               the plan catalog: a list of tables (tid, name, rank, monthly_fee,
                         included_minutes, tiers, credits, concurrency, weights, price_id)
     default_plan        the plan of an organization without a subscription (first plan)
+    provider, stripe_*, return_url, unpaid_policy, provider_*: the payment provider
+                        (devyard/server/billing/settings.py), DEVYARD_BILLING_<KEY>
     [rate_limit]
     enabled             DEVYARD_RATE_LIMIT_ENABLED  per-API-key token bucket on or off
     rate                DEVYARD_RATE_LIMIT_RATE     tokens per second
@@ -82,7 +84,9 @@ import attrs
 
 from .accounts import settings as accounts_settings
 from .accounts.settings import AccountsConfig
+from .billing import settings as billing_settings
 from .billing.plans import DEFAULT_CATALOG, Catalog, CatalogError, parse_catalog
+from .billing.settings import ProviderConfig
 
 __all__ = [
     "ENV_CONFIG_FILE",
@@ -159,6 +163,7 @@ class ServerConfig:
     shutdown_grace: float = 10.0
     rate_limit: RateLimitConfig = RateLimitConfig()
     billing: Catalog = DEFAULT_CATALOG  # the plan catalog (billing/plans.py)
+    payments: ProviderConfig = attrs.field(factory=ProviderConfig)  # billing/settings.py
     link_listen: ListenAddress | None = None
     link_tls_cert: Path | None = None
     link_tls_key: Path | None = None
@@ -414,6 +419,7 @@ _PARSERS: Final[dict[str, Callable[[object], Any]]] = {
     "blob_orphan_grace": _non_negative_float,
     "billing.plans": lambda value: _list(value, "a list of plan tables"),
     "billing.default_plan": _str,
+    **{f"billing.{key}": parse for key, parse in billing_settings.PARSERS.items()},
     "mcp_allowed_origins": _parse_origins,
     "rate_limit.enabled": _bool,
     "rate_limit.rate": _positive_float,
@@ -503,6 +509,13 @@ def load_server_config(
         catalog = parse_catalog(plans, default)
     except CatalogError as exc:
         raise ConfigError(str(exc)) from None
+    payment_keys = {k.split(".", 1)[1]: v for k, v in values.items() if k.startswith("billing.")}
+    try:
+        payments = billing_settings.build(
+            {k: v for k, v in payment_keys.items() if k not in ("plans", "default_plan")}
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     top: dict[str, Any] = {k: v for k, v in values.items() if "." not in k}
     try:
         top["accounts"] = accounts_settings.build(
@@ -518,7 +531,7 @@ def load_server_config(
         raise ConfigError("tls_cert and tls_key go together (set both or neither)")
     if "tls_cert" in top and top.get("tls_self_signed"):
         raise ConfigError("tls_self_signed makes its own certificate: drop tls_cert/tls_key")
-    config = ServerConfig(rate_limit=rate_limit, billing=catalog, **top)
+    config = ServerConfig(rate_limit=rate_limit, billing=catalog, payments=payments, **top)
     if not (config.tls_enabled or config.allow_plain_http or _is_loopback(config.listen.host)):
         raise ConfigError(
             f"refusing plain HTTP on the non-loopback address {config.listen.host}: give "

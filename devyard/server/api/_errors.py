@@ -15,6 +15,7 @@ that shape:
     ├── Conflict                   409  conflict
     ├── PayloadTooLarge            413  payload_too_large
     ├── Unprocessable              422  unprocessable       well-formed but semantically rejected
+    ├── PaymentRequired            402  payment_required    unpaid: no new instances (billing)
     ├── OverPlanLimit              429  plan_limit_reached  more at once than the plan allows
     ├── RateLimited                429  rate_limited        carries Retry-After
     ├── InternalError              500  internal_error
@@ -48,6 +49,7 @@ __all__ = [
     "NotFound",
     "OverPlanLimit",
     "PayloadTooLarge",
+    "PaymentRequired",
     "RateLimited",
     "RetryableConflict",
     "Unauthorized",
@@ -130,6 +132,11 @@ class PayloadTooLarge(APIError):
 class Unprocessable(APIError):
     status = 422
     default_reason = "unprocessable"
+
+
+class PaymentRequired(APIError):
+    status = 402
+    default_reason = "payment_required"
 
 
 class OverPlanLimit(APIError):

@@ -13,6 +13,7 @@ from collections.abc import Callable
 import trio
 from quart_trio import QuartTrio
 
+from ..billing.service import BillingService
 from ..blobs import (
     AssetBlobs,
     BlobEndpoint,
@@ -51,6 +52,7 @@ from .routes import (
     scoped_tokens,
     secret_scanning,
     sessions,
+    stripe_webhook,
     tunnels,
 )
 
@@ -78,6 +80,7 @@ _BLUEPRINTS = (
     assets,
     secret_scanning,
     billing,
+    stripe_webhook,
     build_logs,
 )
 
@@ -132,6 +135,7 @@ def api_state(
         tunnels=tunnels if tunnels is not None else TunnelService(store),
         assets=assets if assets is not None else local_asset_blobs(store, config),
         key_ring=KeyRing(config.secret_scanning_keys_url),
+        billing=BillingService(store, config.billing, config.payments, base_url=config.base_url),
         hosts=hosts,
         connectors=connectors,
     )

@@ -15,6 +15,7 @@ from typing import Any
 import attrs
 from quart import current_app, g
 
+from ..billing.service import BillingService
 from ..blobs import AssetBlobs
 from ..config import ServerConfig
 from ..hosts import HostRegistry
@@ -58,6 +59,7 @@ class ApiState:
     tunnels: TunnelService
     assets: AssetBlobs
     key_ring: KeyRing  # the code host's secret-scanning keys, cached across requests
+    billing: BillingService  # plans, subscriptions, the payment provider (docs/billing.md)
     hosts: HostRegistry | None = None  # the edge's host links, when the server runs an edge
     connectors: TunnelConnections | None = None  # the edge's connector links, if any
 

@@ -32,6 +32,7 @@ import attrs
 
 from .accounts import AccountStore
 from .audit import AuditEvent
+from .billing import BillingStore
 
 __all__ = [
     "DEFAULT_SETTINGS",
@@ -365,7 +366,7 @@ class TunnelCredential:
     token_hash: str = attrs.field(repr=False)
 
 
-class Store(AccountStore, Protocol):
+class Store(AccountStore, BillingStore, Protocol):
     """The persistent state of the control plane. Implementations: `SqlStore` over
     SQLite or PostgreSQL, obtained with `open_store`."""
 

@@ -385,4 +385,51 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
             """,
         ),
     ),
+    Migration(
+        12,
+        "billing: accounts (provider customer, unpaid), subscriptions, processed webhook events",
+        (
+            """
+            CREATE TABLE billing_accounts (
+                org_id          TEXT PRIMARY KEY
+                                REFERENCES organizations (id) ON DELETE CASCADE,
+                provider        TEXT NOT NULL,
+                customer_id     TEXT UNIQUE,
+                email           TEXT,
+                enabled_at      {timestamp} NOT NULL,
+                unpaid          BOOLEAN NOT NULL,
+                unpaid_since    {timestamp},
+                payment_version BIGINT NOT NULL
+            )
+            """,
+            """
+            CREATE TABLE subscriptions (
+                id                 TEXT PRIMARY KEY,
+                org_id             TEXT NOT NULL REFERENCES organizations (id) ON DELETE CASCADE,
+                provider           TEXT NOT NULL,
+                plan_tid           TEXT,
+                price_id           TEXT,
+                status             TEXT NOT NULL,
+                current_period_end {timestamp},
+                scheduled_plan_tid TEXT,
+                scheduled_at       {timestamp},
+                schedule_id        TEXT,
+                version            BIGINT NOT NULL,
+                created_at         {timestamp} NOT NULL,
+                updated_at         {timestamp} NOT NULL
+            )
+            """,
+            "CREATE INDEX subscriptions_by_org ON subscriptions (org_id, created_at)",
+            """
+            CREATE TABLE billing_events (
+                provider    TEXT NOT NULL,
+                event_id    TEXT NOT NULL,
+                kind        TEXT NOT NULL,
+                outcome     TEXT,
+                received_at {timestamp} NOT NULL,
+                PRIMARY KEY (provider, event_id)
+            )
+            """,
+        ),
+    ),
 )

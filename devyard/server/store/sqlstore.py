@@ -38,6 +38,7 @@ from .base import (
     Unset,
     User,
 )
+from .billing import SqlBilling
 from .build_logs import SqlBuildLogs
 from .database import Database, Dialect, Row, Tx
 from .errors import NotFound
@@ -110,6 +111,7 @@ class SqlStore(
     SqlUsage,
     SqlAudit,
     SqlBuildLogs,
+    SqlBilling,
 ):
     """The `base.Store` over a `Database`; obtain one with `open_store`."""
 

@@ -13,6 +13,7 @@ import trio
 from quart import Blueprint, Response, jsonify, request
 
 from ... import viewing
+from ...billing.provider import BillingError
 from ...blobs import InitialAssetError, InitialAssetProblem
 from ...hosts import TunnelRejected
 from ...instances import (
@@ -36,6 +37,7 @@ from .._errors import (
     BadRequest,
     NotFound,
     OverPlanLimit,
+    PaymentRequired,
     RetryableConflict,
     Unprocessable,
     from_tunnel_rejected,
@@ -212,13 +214,15 @@ async def create_instance() -> Response:
             new.spec.get("model"),
             iphone_duo_enabled=caller.organization.settings.iphone_duo_enabled,
         )
-        plan = state().config.billing.default  # the organization's plan (docs/billing.md)
+        plan = await state().billing.plan_for_create(caller.org_id)  # docs/billing.md
         instance = await service.create(
             caller.organization,
             new,
             reuse=bool_param("reuseIfExists"),
             max_live=plan.limit(new.platform.value),
         )
+    except BillingError as exc:
+        raise PaymentRequired(exc.message, reason=exc.reason.value) from exc
     except store_errors.LimitReached as exc:
         raise OverPlanLimit(
             f"the {plan.name} plan ({plan.tid}) allows {exc.limit} {exc.platform} instances at"
