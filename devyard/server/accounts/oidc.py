@@ -4,8 +4,9 @@ nonce): discovery, the token request, the id token's validation. docs/accounts.m
 - Discovery: ``{issuer}/.well-known/openid-configuration``, whose ``issuer`` must be the
   configured one exactly; kept `METADATA_TTL_S`.
 - Keys: the provider's JWKS, kept until a token names a ``kid`` it does not hold; then fetched
-  again, at most once per `MIN_REFETCH_S` per provider (a stream of tokens with made-up kids
-  cannot make the server hammer the provider), which is how a key rotation is followed.
+  again, which is how a key rotation is followed; at most `MAX_REFETCHES` times per
+  `REFETCH_WINDOW_S` per provider, so a stream of tokens with made-up kids cannot make the
+  server hammer the provider.
 - The id token: signature (joserfc, asymmetric algorithms only: never ``none`` nor HMAC with
   the client secret), ``iss``, ``aud`` (the client id; ``azp`` too when there are several),
   ``exp``, ``iat``, ``sub``, and the nonce (the caller compares it with the login's).
@@ -21,7 +22,7 @@ from __future__ import annotations
 import enum
 import json
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
@@ -54,7 +55,8 @@ ALGORITHMS: Final = (
     "EdDSA",
 )
 METADATA_TTL_S: Final = 3600.0
-MIN_REFETCH_S: Final = 30.0
+MAX_REFETCHES: Final = 5
+REFETCH_WINDOW_S: Final = 60.0
 MAX_BODY: Final = 512 * 1024
 LEEWAY_S: Final = 60
 _MAX_PROVIDERS: Final = 1000
@@ -100,7 +102,7 @@ class IdToken:
 @attrs.define
 class _Keys:
     keys: KeySet
-    fetched_at: float
+    refetches: deque[float] = attrs.Factory(deque)  # when it was fetched again, in the window
 
 
 def _endpoint(doc: Mapping[str, Any], name: str) -> str:
@@ -194,7 +196,8 @@ class OidcClient:
             keys = KeySet.import_key_set(doc)  # type: ignore[arg-type]
         except (JoseError, ValueError, KeyError, TypeError):
             raise OidcError(OidcFailure.PROVIDER_UNAVAILABLE, "JWKS: not a key set") from None
-        self._keys[jwks_uri] = _Keys(keys=keys, fetched_at=self._clock())
+        old = self._keys.get(jwks_uri)
+        self._keys[jwks_uri] = _Keys(keys=keys, refetches=deque() if old is None else old.refetches)
         self._keys.move_to_end(jwks_uri)
         if len(self._keys) > _MAX_PROVIDERS:
             self._keys.popitem(last=False)
@@ -204,9 +207,15 @@ class OidcClient:
         cached = self._keys.get(jwks_uri)
         if cached is None:
             return await self._fetch_keys(jwks_uri)
-        if refresh and self._clock() - cached.fetched_at >= MIN_REFETCH_S:
-            return await self._fetch_keys(jwks_uri)
-        return cached.keys
+        if not refresh:
+            return cached.keys
+        now = self._clock()
+        while cached.refetches and now - cached.refetches[0] >= REFETCH_WINDOW_S:
+            cached.refetches.popleft()
+        if len(cached.refetches) >= MAX_REFETCHES:
+            return cached.keys  # the token fails on its unknown kid
+        cached.refetches.append(now)
+        return await self._fetch_keys(jwks_uri)
 
     # -- the code and the token ----------------------------------------------------------------
     async def exchange_code(
