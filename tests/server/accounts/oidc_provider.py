@@ -35,7 +35,7 @@ from tests.ports import free_port
 __all__ = ["Provider", "ProviderUser", "running_provider"]
 
 CLIENT_ID = "devyard-test"
-CLIENT_SECRET = "provider-client-secret"  # noqa: S105 - a test provider's registered secret
+CLIENT_SECRET = "provider-client-secret"
 
 
 @attrs.define
@@ -123,6 +123,7 @@ class Provider:
         self.nonces: set[str] = set()
         self.jwks_requests = 0
         self.rotations = 0
+        self._rogue: RSAKey | None = None
         self.last_id_token: str | None = None
         self.reset()
 
@@ -134,6 +135,13 @@ class Provider:
         self.replay: str | None = None  # answer the token request with this earlier id token
         self.kid_override: str | None = None  # a kid the JWKS does not hold
 
+    def rogue(self) -> RSAKey:
+        """A key under the signing key's kid that the JWKS does not hold (made once)."""
+        with self.lock:
+            if self._rogue is None or self._rogue.kid != self.signing.kid:
+                self._rogue = _key(self.signing.kid or "k1")
+            return self._rogue
+
     def rotate(self) -> None:
         """A new signing key under a new kid, published alone (the old one is withdrawn)."""
         with self.lock:
@@ -144,7 +152,8 @@ class Provider:
     def jwks(self) -> dict[str, Any]:
         with self.lock:
             self.jwks_requests += 1
-            return KeySet(list(self.published)).as_dict(private=False)
+            keys: dict[str, Any] = dict(KeySet(list(self.published)).as_dict(private=False))
+            return keys
 
 
 def _open_id(provider: Provider) -> OpenIDCode:
@@ -154,7 +163,7 @@ def _open_id(provider: Provider) -> OpenIDCode:
 
         def resolve_client_private_key(self, client: Any) -> RSAKey:
             if provider.forge:
-                return _key(provider.signing.kid or "k1")
+                return provider.rogue()
             return provider.signing
 
         def get_encode_header(self, client: Any) -> dict[str, str]:
