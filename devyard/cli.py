@@ -53,6 +53,7 @@ _COMMAND_MODULES: Final = (
     "devyard.client.instance_commands",
     "devyard.client.tunnel_commands",
     "devyard.client.login_commands",
+    "devyard.client.account_commands",  # after commands: it adds to `org`
     "devyard.hostd.commands",
     "devyard.connector.commands",
 )
