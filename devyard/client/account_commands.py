@@ -3,9 +3,9 @@ show``), ``devyard invite`` and ``devyard invitations list|revoke``, ``devyard d
 list|add|verify``, ``devyard sso get|set|delete``, and the operators' ``devyard support
 list|answer``. ``devyard members`` is in `commands`; ``devyard login`` in `login_commands`.
 
-Every command acts on the organization of the key unless told otherwise; ``--json`` prints
-the API's JSON. A client secret is read from a file or stdin, never from an argument (which
-``ps`` would show).
+Every command acts on the organization of the key (a key acts in one organization only);
+``--json`` prints the API's JSON. A client secret is read from a file or stdin, never from an
+argument (which ``ps`` would show).
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ def _dump(value: object, out: TextIO) -> None:
 
 
 async def _org_id(client: AsyncClient, args: argparse.Namespace) -> str:
-    given = getattr(args, "organization", None)
-    return str(given) if given else (await client.whoami()).organization.id
+    """The key's organization: a key acts in one organization only."""
+    return (await client.whoami()).organization.id
 
 
 # -- organizations --------------------------------------------------------------------------
