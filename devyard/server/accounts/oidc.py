@@ -105,9 +105,12 @@ class _Keys:
     refetches: deque[float] = attrs.Factory(deque)  # when it was fetched again, in the window
 
 
-def _endpoint(doc: Mapping[str, Any], name: str) -> str:
+def _endpoint(doc: Mapping[str, Any], name: str, issuer: str) -> str:
+    """An endpoint of the discovery document: https, or plain http only for an http issuer
+    (which the connection admits only on loopback, for development)."""
     value = doc.get(name)
-    if not isinstance(value, str) or not value.startswith(("https://", "http://")):
+    schemes = ("https://", "http://") if issuer.startswith("http://") else ("https://",)
+    if not isinstance(value, str) or not value.startswith(schemes):
         raise OidcError(OidcFailure.PROVIDER_UNAVAILABLE, f"discovery: no usable {name}")
     return value
 
@@ -178,9 +181,9 @@ class OidcClient:
             )
         metadata = ProviderMetadata(
             issuer=issuer,
-            authorization_endpoint=_endpoint(doc, "authorization_endpoint"),
-            token_endpoint=_endpoint(doc, "token_endpoint"),
-            jwks_uri=_endpoint(doc, "jwks_uri"),
+            authorization_endpoint=_endpoint(doc, "authorization_endpoint", issuer),
+            token_endpoint=_endpoint(doc, "token_endpoint", issuer),
+            jwks_uri=_endpoint(doc, "jwks_uri", issuer),
         )
         self._metadata[issuer] = (metadata, now)
         self._metadata.move_to_end(issuer)

@@ -263,10 +263,10 @@ async def finish_sign_in() -> Response:
     try:
         login = await api.store.consume_oidc_login(hash_secret(state_value or ""))
     except store_errors.NotFound:
-        raise BadRequest("an unknown, used or expired sign-in", reason="invalid_state") from None
+        raise NotFound("an unknown, used or expired sign-in", reason="invalid_state") from None
     browser = request.cookies.get(BROWSER_COOKIE)
     if not browser or not verify_secret(browser, login.browser_hash):
-        raise BadRequest("this sign-in began in another browser", reason="state_not_bound")
+        raise Forbidden("this sign-in began in another browser", reason="state_not_bound")
     error, code = str_param("error"), str_param("code")
     if error is not None or code is None:
         shown = error if error is not None and error.isascii() else "no code"
