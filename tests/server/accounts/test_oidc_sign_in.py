@@ -17,6 +17,7 @@ import pytest
 import trio
 
 from devyard.server.api.app import api_state
+from devyard.server.api.requestlog import redact_target
 from devyard.server.api.serve import BoundServer, serve_api
 from devyard.server.config import ListenAddress, RateLimitConfig, ServerConfig
 from devyard.server.store import Role, Store
@@ -221,3 +222,9 @@ async def test_start_refusals(site: Site, callers: Callers) -> None:
             assert "set-cookie" not in answer.headers
         answer = await browser.get("/auth/oidc/callback", params={"state": "nope", "code": "x"})
         assert (answer.status_code, answer.json()["reason"]) == (404, "invalid_state")
+
+
+def test_the_access_log_hides_the_sign_in_secrets() -> None:
+    shown = redact_target("/auth/oidc/callback", "state=s3cret&code=c0de&iss=x")
+    assert "s3cret" not in shown and "c0de" not in shown and "iss=x" in shown
+    assert "running" in redact_target("/v1/android_instances", "state=running")
