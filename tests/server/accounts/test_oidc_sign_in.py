@@ -26,8 +26,6 @@ from devyard.server.store.accounts import AuditQuery
 from ..api.conftest import Callers
 from .oidc_provider import CLIENT_ID, CLIENT_SECRET, Provider, ProviderUser, running_provider
 
-pytest.importorskip("flask")
-
 
 @pytest.fixture(scope="module")
 def provider() -> Iterator[Provider]:
