@@ -55,6 +55,7 @@ _COMMAND_MODULES: Final = (
     "devyard.client.tunnel_commands",
     "devyard.client.login_commands",
     "devyard.client.billing_commands",
+    "devyard.client.account_commands",  # after commands: it adds to `org`
     "devyard.hostd.commands",
     "devyard.connector.commands",
 )

@@ -399,6 +399,61 @@ class AsyncClient(ResourceMethods):
         path = f"/organizations/{_segment(org_id)}/plan"
         return _json_object(await self.request("POST", path, body={"priceId": price_id}))
 
+    # -- accounts: organizations, invitations, domains, single sign-on, support (docs/accounts.md)
+    # The API's JSON as dicts; `account_commands` prints them.
+
+    async def create_organization(self, name: str) -> dict[str, Any]:
+        """The new organization plus ``apiKey``: the caller's first key there, shown once."""
+        return _json_object(await self.request("POST", "/organizations", body={"name": name}))
+
+    async def invite(self, org_id: str, email: str, *, role: str = "member") -> dict[str, Any]:
+        path = f"/organizations/{_segment(org_id)}/invitations"
+        body = {"email": email, "role": role}
+        return _json_object(await self.request("POST", path, body=body))
+
+    async def list_invitations(self, org_id: str) -> list[dict[str, Any]]:
+        path = f"/organizations/{_segment(org_id)}/invitations"
+        return _json_objects(await self.request("GET", path))
+
+    async def revoke_invitation(self, org_id: str, invitation_id: str) -> None:
+        path = f"/organizations/{_segment(org_id)}/invitations/{_segment(invitation_id)}"
+        await self.request("DELETE", path)
+
+    async def list_domains(self, org_id: str) -> list[dict[str, Any]]:
+        path = f"/organizations/{_segment(org_id)}/domains"
+        return _json_objects(await self.request("GET", path))
+
+    async def replace_domains(self, org_id: str, domains: Sequence[str]) -> list[dict[str, Any]]:
+        path = f"/organizations/{_segment(org_id)}/domains"
+        return _json_objects(await self.request("PUT", path, body={"domains": list(domains)}))
+
+    async def verify_domain(self, org_id: str, domain: str) -> dict[str, Any]:
+        path = f"/organizations/{_segment(org_id)}/domains/{_segment(domain)}/verify"
+        return _json_object(await self.request("POST", path))
+
+    async def get_oidc_connection(self, org_id: str) -> dict[str, Any]:
+        path = f"/organizations/{_segment(org_id)}/oidcConnection"
+        return _json_object(await self.request("GET", path))
+
+    async def put_oidc_connection(self, org_id: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """*body*: ``issuer``, ``clientId``, and optionally ``clientSecret`` (absent: kept,
+        None: removed), ``allowedDomains``, ``defaultRole``."""
+        path = f"/organizations/{_segment(org_id)}/oidcConnection"
+        return _json_object(await self.request("PUT", path, body=dict(body)))
+
+    async def delete_oidc_connection(self, org_id: str) -> None:
+        await self.request("DELETE", f"/organizations/{_segment(org_id)}/oidcConnection")
+
+    async def list_support_messages(self, *, limit: int = 100) -> list[dict[str, Any]]:
+        """Operators only."""
+        params = {"limit": str(limit)}
+        return _json_objects(await self.request("GET", "/operator/supportMessages", params=params))
+
+    async def answer_support_message(self, message_id: str, message: str) -> dict[str, Any]:
+        """Operators only; mailed to the sender when the server has SMTP and an address."""
+        path = f"/operator/supportMessages/{_segment(message_id)}/answer"
+        return _json_object(await self.request("POST", path, body={"message": message}))
+
 
 def _decode(response: httpx.Response) -> object:
     """The JSON of a 2xx answer, or the typed error of any other."""
@@ -426,6 +481,12 @@ def _decode(response: httpx.Response) -> object:
 def _json_object(data: object) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ResponseError(f"expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _json_objects(data: object) -> list[dict[str, Any]]:
+    if not isinstance(data, list) or not all(isinstance(item, dict) for item in data):
+        raise ResponseError("expected a JSON array of objects")
     return data
 
 

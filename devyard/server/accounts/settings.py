@@ -14,6 +14,8 @@ environment variables are ``DEVYARD_ACCOUNTS_<KEY>``)::
     dns_nameserver = "10.0.0.53:53"      # unset: the system's resolvers
     dns_timeout_s = 5.0
     session_ttl_s = 43200                # a browser session lives this long (12 hours)
+    oidc_timeout_s = 10.0                # one request to an identity provider, at most
+    oidc_login_ttl_s = 600               # a single sign-on must come back this soon
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ class AccountsConfig:
     dns_nameserver: tuple[str, int] | None = None
     dns_timeout_s: float = 5.0
     session_ttl_s: int = 12 * 3600
+    oidc_timeout_s: float = 10.0
+    oidc_login_ttl_s: int = 600
 
     @property
     def mail_enabled(self) -> bool:
@@ -106,6 +110,8 @@ PARSERS: Final[Mapping[str, Callable[[object], Any]]] = {
     "dns_nameserver": _nameserver,
     "dns_timeout_s": _seconds,
     "session_ttl_s": lambda v: _int(v, 60, 30 * 24 * 3600),
+    "oidc_timeout_s": _seconds,
+    "oidc_login_ttl_s": lambda v: _int(v, 60, 3600),
 }
 
 

@@ -39,6 +39,8 @@ _HEADER_BYTES: Final = REQUEST_ID_HEADER.lower().encode()
 _SANE_ID: Final = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 #: Query parameters whose value is a secret, whatever the endpoint.
 _SECRET_PARAMS: Final = re.compile(r"token|key|secret|sig|password|auth|credential", re.I)
+#: The one-time values of single sign-on's redirects (docs/accounts.md), under /auth/ only.
+_SSO_SECRET_PARAMS: Final = frozenset({"code", "state", "nonce", "session_state"})
 #: devyard's own credentials (``dy``, ``dyst``, ``dyt``, ``dyi``, ``dys``, ``dyh`` prefixes).
 _TOKEN_SHAPE: Final = re.compile(r"\bdy[a-z]{0,3}_[A-Za-z0-9]+_[A-Za-z0-9]+")
 REDACTED: Final = "REDACTED"
@@ -59,6 +61,7 @@ def redact_target(path: str, query: bytes | str) -> str:
         + (
             REDACTED
             if _SECRET_PARAMS.search(name)
+            or (path.startswith("/auth/") and name in _SSO_SECRET_PARAMS)
             else quote(_TOKEN_SHAPE.sub(REDACTED, value), safe="")
         )
         for name, value in pairs

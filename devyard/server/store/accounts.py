@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import attrs
 
+from .sso import SsoStore
+
 if TYPE_CHECKING:  # base imports this module (Store includes AccountStore)
     from .base import Membership, Organization, Role, User
 
@@ -140,7 +142,7 @@ class SessionCredential:
     csrf_hash: str = attrs.field(repr=False)
 
 
-class AccountStore(Protocol):
+class AccountStore(SsoStore, Protocol):
     """The account methods of `base.Store` (this module implements them in SQL)."""
 
     async def create_organization_for(self, name: str, admin_user_id: str) -> Organization:

@@ -432,4 +432,36 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
             """,
         ),
     ),
+    Migration(
+        13,
+        "accounts: single sign-on logins in flight (hashed state), support answers",
+        (
+            """
+            CREATE TABLE oidc_logins (
+                id              TEXT PRIMARY KEY,
+                org_id          TEXT NOT NULL REFERENCES organizations (id) ON DELETE CASCADE,
+                state_hash      TEXT NOT NULL UNIQUE,
+                browser_hash    TEXT NOT NULL,
+                nonce_hash      TEXT NOT NULL UNIQUE,
+                verifier_sealed TEXT NOT NULL,
+                return_to       TEXT NOT NULL,
+                created_at      {timestamp} NOT NULL,
+                expires_at      {timestamp} NOT NULL,
+                used_at         {timestamp}
+            )
+            """,
+            "CREATE INDEX oidc_logins_by_expiry ON oidc_logins (expires_at)",
+            """
+            CREATE TABLE support_answers (
+                id          TEXT PRIMARY KEY,
+                feedback_id TEXT NOT NULL REFERENCES feedback (id) ON DELETE CASCADE,
+                message     TEXT NOT NULL,
+                answered_by TEXT REFERENCES users (id) ON DELETE SET NULL,
+                emailed     BOOLEAN NOT NULL,
+                created_at  {timestamp} NOT NULL
+            )
+            """,
+            "CREATE INDEX support_answers_by_feedback ON support_answers (feedback_id, id)",
+        ),
+    ),
 )

@@ -16,6 +16,7 @@ from .database import Database, Row, Tx, as_datetime
 from .errors import NotFound
 from .ids import Kind, new_id, new_ulid
 from .sql_accounts import _opt, _require
+from .sql_sso import SqlSso
 
 __all__ = ["SqlAccess"]
 
@@ -69,7 +70,7 @@ def _audit(row: Row) -> AuditEntry:
     )
 
 
-class SqlAccess:
+class SqlAccess(SqlSso):
     """Mixed into `SqlStore`; see `accounts.AccountStore` for the contract of each method."""
 
     _db: Database

@@ -13,6 +13,7 @@ import trio
 from devyard.server.bootstrap import first_start
 from devyard.server.store import Role, Store, open_store, tokens
 from devyard.server.store import errors as store_errors
+from devyard.server.store.sso import SsoJoin
 from tests.server.store.conftest import FakeClock
 
 
@@ -110,3 +111,64 @@ async def test_the_first_admin_is_an_operator(clocked: Store, tmp_path: Path) ->
     assert first.new_key is not None
     admin = await clocked.get_user_by_name("admin")
     assert await clocked.is_operator(admin.id)
+
+
+async def test_a_sign_in_state_works_once_and_expires(clocked: Store, clock: FakeClock) -> None:
+    org_id, _ = await _setup(clocked)
+
+    async def login(state: str) -> None:
+        await clocked.create_oidc_login(
+            org_id=org_id,
+            state_hash=tokens.hash_secret(state),
+            browser_hash=tokens.hash_secret("browser"),
+            nonce_hash=tokens.hash_secret("nonce-" + state),
+            verifier_sealed="v1:sealed",
+            return_to="/",
+            ttl_s=60,
+        )
+
+    await login("one")
+    won: list[bool] = []
+
+    async def consume() -> None:
+        try:
+            found = await clocked.consume_oidc_login(tokens.hash_secret("one"))
+        except store_errors.NotFound:
+            won.append(False)
+        else:
+            assert found.org_id == org_id and found.return_to == "/"
+            won.append(True)
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(3):
+            nursery.start_soon(consume)
+    assert sorted(won) == [False, False, True]
+    await login("two")
+    clock.now += timedelta(seconds=61)
+    with pytest.raises(store_errors.NotFound):
+        await clocked.consume_oidc_login(tokens.hash_secret("two"))
+
+
+async def test_a_sign_in_joins_once_and_reuses_its_key(clocked: Store) -> None:
+    org_id, admin_id = await _setup(clocked)
+
+    async def join(email: str, role: Role = Role.MEMBER) -> SsoJoin:
+        key = tokens.new_api_key()
+        return await clocked.sso_join(
+            org_id,
+            email=email,
+            user_names=("alice", "dana", "dana-2"),
+            role=role,
+            key_lookup_id=key.lookup_id,
+            key_secret_hash=key.secret_hash,
+        )
+
+    first = await join("Dana@Example.com")
+    again = await join("dana@example.com")
+    assert first.user.name == "dana" and first.user_created and first.joined
+    assert (again.user.id, again.api_key.id) == (first.user.id, first.api_key.id)
+    assert not again.user_created and not again.joined
+    # An existing member keeps its role; its sign-in key is its own.
+    admin = await join("alice@example.com", Role.VIEWER)
+    assert (admin.user.id, admin.role, admin.joined) == (admin_id, Role.ADMIN, False)
+    assert admin.api_key.id != first.api_key.id

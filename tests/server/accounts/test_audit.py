@@ -51,3 +51,47 @@ async def test_changes_are_listed_with_actor_and_address(client: Client, callers
     await assert_api_error(await client.get(f"{base}?limit=0", headers=admin), 400)
     await assert_api_error(await client.get(base, headers=callers.member.headers), 403)
     await assert_api_error(await client.get(base, headers=callers.other_admin.headers), 404)
+
+
+async def test_members_keys_and_tunnels_are_recorded(client: Client, callers: Callers) -> None:
+    org = callers.admin.org_id
+    admin = callers.admin.headers
+    calls = [
+        ("POST", f"/organizations/{org}/members", {"userName": "erin", "role": "viewer"}),
+        ("PATCH", f"/organizations/{org}/members/erin", {"role": "member"}),
+        ("DELETE", f"/organizations/{org}/members/erin", None),
+        ("POST", f"/organizations/{org}/apiKeys", {"name": "ci"}),
+        ("POST", "/v1/tunnels", {"name": "lab", "selectors": ["db.internal:5432"]}),
+        ("PATCH", "/v1/tunnels/lab", {"selectors": ["db.internal:5433"]}),
+        ("POST", "/v1/tunnels/lab/rotate", None),
+        ("DELETE", "/v1/tunnels/lab", None),
+        ("PATCH", f"/organizations/{org}", {"name": "acme2"}),
+    ]
+    key_id = None
+    for method, path, payload in calls:
+        response = await client.open(path, method=method, json=payload, headers=admin)
+        assert response.status_code == 200, (path, await response.get_data())
+        if path.endswith("/apiKeys"):
+            key_id = (await response.get_json())["id"]
+    revoked = await client.delete(f"/organizations/{org}/apiKeys/{key_id}", headers=admin)
+    assert revoked.status_code == 200
+    listed = await (await client.get(f"/organizations/{org}/audit", headers=admin)).get_json()
+    assert [e["kind"] for e in reversed(listed)] == [
+        "member_added",
+        "member_role_changed",
+        "member_removed",
+        "api_key_created",
+        "tunnel_created",
+        "tunnel_selectors_set",
+        "tunnel_token_rotated",
+        "tunnel_deleted",
+        "organization_updated",
+        "api_key_revoked",
+    ]
+    assert {e["actor"] for e in listed} == {callers.admin.user_id}
+    assert all(e["address"] for e in listed)
+    assert "key" not in str([e["detail"] for e in listed if e["kind"] == "api_key_created"])
+    # Another organization sees none of it.
+    other = callers.other_admin
+    theirs = await client.get(f"/organizations/{other.org_id}/audit", headers=other.headers)
+    assert {e["subject"] for e in await theirs.get_json()}.isdisjoint({"lab", key_id})

@@ -64,3 +64,55 @@ async def test_support_reaches_the_operators(
         ),
         404,
     )
+
+
+async def test_operators_answer_and_feedback_reaches_them(
+    client: Client, callers: Callers, smtp_server: SmtpPeer, store: Store
+) -> None:
+    operator = callers.other_admin
+    await store.set_operator(operator.user_id, True)
+    await store.update_user(operator.user_id, email="ops@example.net")
+    # Anonymous feedback with a reply address: stored and mailed to the operators.
+    sent = await client.post("/feedback", json={"message": "nice", "email": "fan@example.org"})
+    assert sent.status_code == 200
+    await eventually(lambda: len(smtp_server.mailbox.messages) == 1)
+    assert smtp_server.mailbox.messages[0][1] == ["ops@example.net"]
+    [feedback] = await (
+        await client.get("/operator/supportMessages", headers=operator.headers)
+    ).get_json()
+    assert (feedback["kind"], feedback["email"], feedback["answers"]) == (
+        "feedback",
+        "fan@example.org",
+        [],
+    )
+    url = f"/operator/supportMessages/{feedback['id']}/answer"
+    # Only operators answer; an unknown message is 404.
+    for caller in (callers.admin, callers.member):
+        await assert_api_error(
+            await client.post(url, json={"message": "hi"}, headers=caller.headers), 403
+        )
+    await assert_api_error(
+        await client.post(
+            "/operator/supportMessages/fbk_unknown/answer",
+            json={"message": "hi"},
+            headers=operator.headers,
+        ),
+        404,
+    )
+    answered = await client.post(url, json={"message": "thank you!"}, headers=operator.headers)
+    assert answered.status_code == 200, await answered.get_data()
+    answer = await answered.get_json()
+    assert (answer["messageId"], answer["answeredBy"], answer["emailed"]) == (
+        feedback["id"],
+        operator.user_id,
+        True,
+    )
+    await eventually(lambda: len(smtp_server.mailbox.messages) == 2)
+    _, recipients, mail = smtp_server.mailbox.messages[1]
+    assert recipients == ["fan@example.org"]
+    payload = mail.get_payload(decode=True)
+    assert isinstance(payload, bytes) and b"thank you!" in payload
+    [listed] = await (
+        await client.get("/operator/supportMessages", headers=operator.headers)
+    ).get_json()
+    assert [a["message"] for a in listed["answers"]] == ["thank you!"]

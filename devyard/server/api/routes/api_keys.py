@@ -18,6 +18,7 @@ from ..auth import Principal, require_role, role_at_least
 from ..context import body, bool_param, same_organization, state
 from ..members import visible_user
 from ..views import api_key_view
+from .audit import record
 
 __all__ = ["blueprint"]
 
@@ -67,6 +68,8 @@ async def create_api_key(organizationId: str) -> Response:
         secret_hash=secret.secret_hash,
         read_only=bool(data.get("readOnly", False)),
     )
+    detail = {"name": key.name, "userId": user_id, "readOnly": key.read_only}
+    await record(caller, "api_key_created", subject=key.id, detail=detail)
     return jsonify({**api_key_view(key), "key": secret.plaintext})
 
 
@@ -81,4 +84,5 @@ async def revoke_api_key(organizationId: str, apiKeyId: str) -> Response:
     caller = same_organization(organizationId)
     key = await _visible_key(caller, apiKeyId)
     revoked = await state().store.revoke_api_key(caller.org_id, key.id)
+    await record(caller, "api_key_revoked", subject=key.id, detail={"userId": key.user_id})
     return jsonify(api_key_view(revoked))

@@ -10,6 +10,7 @@ import trio
 from quart import Blueprint, Response, jsonify
 
 from .... import __version__
+from ...accounts.notify import notify_operators
 from ...blobs import LocalBlobStore
 from ...store import errors as store_errors
 from ..context import body, request_input, state
@@ -95,10 +96,13 @@ async def list_regions() -> Response:
 async def send_feedback() -> tuple[str, int]:
     data = body()
     caller = request_input().principal
-    await state().store.add_feedback(
+    api = state()
+    feedback = await api.store.add_feedback(
         data["message"],
         email=data.get("email"),
         org_id=caller.org_id if caller is not None else None,
         user_id=caller.user_id if caller is not None else None,
     )
+    org_name = caller.organization.name if caller is not None else None
+    await notify_operators(api.store, api.config.accounts, feedback, org_name=org_name)
     return "", 200

@@ -95,6 +95,7 @@ async def update_organization(organizationId: str) -> Response:
         )
     except store_errors.Conflict as exc:
         raise _taken(exc, "name") from exc
+    await record(caller, "organization_updated", subject=caller.org_id, detail=data)
     return jsonify(organization_view(updated))
 
 
@@ -146,6 +147,7 @@ async def add_member(organizationId: str) -> Response:
     except store_errors.Conflict as exc:
         raise _taken(exc, "name") from exc
     await store.add_membership(caller.org_id, user.id, role)
+    await record(caller, "member_added", subject=user.id, detail={"role": str(role)})
     return jsonify(member_view(Member(user=user, role=role)))
 
 
@@ -163,6 +165,8 @@ async def update_member(organizationId: str, userName: str) -> Response:
         if role != Role.ADMIN:
             await _keep_an_admin(caller, member, "demote")
         await state().store.set_membership_role(caller.org_id, member.user.id, role)
+        detail = {"from": str(member.role), "to": str(role)}
+        await record(caller, "member_role_changed", subject=member.user.id, detail=detail)
     return jsonify(member_view(Member(user=member.user, role=role)))
 
 
@@ -172,6 +176,9 @@ async def remove_member(organizationId: str, userName: str) -> Response:
     member = await _member(caller, userName)
     await _keep_an_admin(caller, member, "remove")
     await state().store.remove_membership(caller.org_id, member.user.id)
+    await record(
+        caller, "member_removed", subject=member.user.id, detail={"role": str(member.role)}
+    )
     return jsonify(_SUCCESS)
 
 

@@ -21,7 +21,7 @@ from ..auth import Principal, role_at_least
 from ..context import principal, same_organization, state
 from ..views import timestamp
 
-__all__ = ["blueprint", "session_view"]
+__all__ = ["blueprint", "secure_request", "session_view", "set_session_cookies"]
 
 blueprint = Blueprint("sessions", __name__)
 
@@ -37,13 +37,13 @@ def session_view(session: BrowserSession) -> dict[str, object]:
     }
 
 
-def _secure() -> bool:
+def secure_request() -> bool:
     public = state().config.public_url
     return request.scheme == "https" or (public is not None and public.startswith("https:"))
 
 
-def _set_cookies(response: Response, new: sessions.NewSession, max_age: int) -> None:
-    secure = _secure()
+def set_session_cookies(response: Response, new: sessions.NewSession, max_age: int) -> None:
+    secure = secure_request()
     response.set_cookie(
         sessions.SESSION_COOKIE,
         new.cookie,
@@ -83,7 +83,7 @@ async def create_session() -> Response:
         user_agent=agent,
     )
     response = jsonify({**session_view(session), "csrfToken": new.csrf_token})
-    _set_cookies(response, new, ttl)
+    set_session_cookies(response, new, ttl)
     return response
 
 
@@ -115,5 +115,5 @@ async def revoke_session(organizationId: str, sessionId: str) -> Response:
     response = jsonify({"success": True})
     if caller.session is not None and caller.session.id == sessionId:
         for name in (sessions.SESSION_COOKIE, sessions.CSRF_COOKIE):
-            response.delete_cookie(name, path="/", secure=_secure(), samesite="Strict")
+            response.delete_cookie(name, path="/", secure=secure_request(), samesite="Strict")
     return response

@@ -18,6 +18,7 @@ from ...tunnels import ConnectorInfo, InvalidTunnelField, TunnelService, TunnelS
 from .._errors import BadRequest, Conflict, NotFound
 from ..context import body, int_param, principal, state
 from ..views import timestamp
+from .audit import record
 
 __all__ = ["blueprint", "tunnel_view"]
 
@@ -79,6 +80,7 @@ async def create_tunnel() -> Response:
         raise BadRequest(str(exc), reason="invalid_body") from exc
     except store_errors.Conflict as exc:
         raise Conflict(f"name: a tunnel named {data['name']!r} exists", reason="taken") from exc
+    await record(caller, "tunnel_created", subject=tunnel.name)
     return jsonify({**_view(tunnel), "token": token})
 
 
@@ -106,6 +108,7 @@ async def update_tunnel(tunnelName: str) -> Response:
         raise BadRequest(str(exc), reason="invalid_body") from exc
     except store_errors.NotFound:
         raise _not_found(tunnelName) from None
+    await record(caller, "tunnel_selectors_set", subject=tunnel.name)
     return jsonify(_view(tunnel))
 
 
@@ -116,6 +119,7 @@ async def delete_tunnel(tunnelName: str) -> Response:
         tunnel = await _service().delete(caller.org_id, tunnelName)
     except store_errors.NotFound:
         raise _not_found(tunnelName) from None
+    await record(caller, "tunnel_deleted", subject=tunnel.name)
     return jsonify(_view(tunnel))
 
 
@@ -129,4 +133,5 @@ async def rotate_tunnel_token(tunnelName: str) -> Response:
         raise BadRequest(str(exc), reason="invalid_parameter") from exc
     except store_errors.NotFound:
         raise _not_found(tunnelName) from None
+    await record(caller, "tunnel_token_rotated", subject=tunnel.name)
     return jsonify({**_view(tunnel), "token": token})
