@@ -211,8 +211,11 @@ async def serve_hostd(
                 )
             finally:
                 supervisor.stop_all()
+                # the link is over: waiting for the events to be sent would wait the whole
+                # grace for nothing (every `devyard up` stop took 10 s more once an
+                # instance had run)
                 with trio.move_on_after(_STOP_GRACE, shield=True):
-                    await supervisor.wait_idle()
+                    await supervisor.wait_stopped()
                 nursery.cancel_scope.cancel()
     except BaseExceptionGroup as group:
         refused = find_in_group(group, LinkRefused)

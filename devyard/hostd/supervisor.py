@@ -217,6 +217,13 @@ class Supervisor:
             await self._outbox_changed.wait()
         await trio.lowlevel.checkpoint()
 
+    async def wait_stopped(self) -> None:
+        """Until no instance runs (events may still be queued: with no link left to send
+        them, the next hello's ``instances`` tells the server what runs)."""
+        while self._instances:
+            await self._outbox_changed.wait()
+        await trio.lowlevel.checkpoint()
+
     # ---- tunnels ----------------------------------------------------------------------------
 
     def _proxy(self, instance_id: str, tunnel: dict[str, Any]) -> EgressProxy:
