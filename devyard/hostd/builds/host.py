@@ -21,7 +21,7 @@ from typing import Any, Final
 import attrs
 import trio
 
-from .commands import plan_exec
+from .commands import ExecPlan, plan_exec
 from .errors import BuildError, BuildReason
 from .execs import Exec, ExecStatus, run_exec
 from .sandbox import SandboxConfig, sandbox_argv
@@ -51,6 +51,9 @@ class BuildConfig:
     xdelta3: str = "xdelta3"
     keepalive_s: float = 15.0
     retry_ms: int = 2000
+    #: A driver's own exec kinds (the xcode driver's ``xcodebuild``): their plan, or None to
+    #: leave the body to `plan_exec`.
+    planner: Callable[[dict[str, Any]], ExecPlan | None] | None = None
 
 
 class BuildHost:
@@ -105,7 +108,8 @@ class BuildHost:
 
     def start(self, body: dict[str, Any]) -> Exec:
         self._check_open()
-        plan = plan_exec(body, gradle=self.config.gradle)
+        plan = None if self.config.planner is None else self.config.planner(body)
+        plan = plan or plan_exec(body, gradle=self.config.gradle)
         if self._running is not None:
             raise BuildError(BuildReason.CONFLICT, f"exec {self._running.id} is running")
         if self.workspace.lock.locked():

@@ -20,6 +20,10 @@ puts it in front of the command line. Two modes:
 - exits with its child's status (128 + N for a signal), a limit it enforced said on stderr
   (``devyard: ...``), which the exec's event stream carries.
 
+``redact --secrets FILE -- ARGV``: runs ARGV with its stdout and stderr through the keeper,
+each line with every secret of *FILE* (one a line; the file is removed once read) replaced
+by ``***`` (the xcode driver's signing material; never in an event, a log or an artifact).
+
 ``relay --port N --socket PATH -- ARGV``: inside a sandbox with an allowlist: serves
 ``127.0.0.1:N`` (the sandbox's own loopback; ``http_proxy`` points there) by relaying every
 connection to hostd's filtering proxy on the Unix socket *PATH*, runs ARGV, exits with it.
@@ -318,6 +322,58 @@ def _relay(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return _status(os.waitpid(child, 0)[1])
 
 
+def _redacted(data: bytes, secrets: Sequence[bytes]) -> bytes:
+    for secret in secrets:
+        data = data.replace(secret, b"***")
+    return data
+
+
+def _redact(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    try:
+        with open(args.secrets, "rb") as handle:
+            found = handle.read().split(b"\n")
+        os.unlink(args.secrets)
+    except OSError as exc:
+        _say(f"no secrets to redact ({exc.strerror}): the build does not start")
+        return 125
+    secrets = sorted((s for s in found if len(s) >= 4), key=len, reverse=True)
+    pipes = [os.pipe(), os.pipe()]
+    child = os.fork()
+    if child == 0:
+        for target, (read, write) in zip((1, 2), pipes, strict=True):
+            os.dup2(write, target)
+            os.close(read)
+            os.close(write)
+        try:
+            os.execvp(argv[0], list(argv))  # noqa: S606 - argv is hostd's
+        except OSError as exc:
+            _say(f"the command did not start: {exc}")
+        os._exit(127)
+    sources = {}
+    for target, (read, write) in zip((1, 2), pipes, strict=True):
+        os.close(write)
+        sources[read] = (target, bytearray())
+    while sources:
+        ready, _, _ = select.select(list(sources), [], [])
+        for fd in ready:
+            target, pending = sources[fd]
+            data = os.read(fd, 65536)
+            if data:
+                pending += data
+                cut = pending.rfind(b"\n") + 1 if len(pending) < 65536 else len(pending)
+            else:
+                cut = len(pending)
+                del sources[fd]
+                os.close(fd)
+            if cut:
+                out = memoryview(_redacted(bytes(pending[:cut]), secrets))
+                with contextlib.suppress(OSError):
+                    while out:
+                        out = out[os.write(target, out) :]
+                del pending[:cut]
+    return _status(os.waitpid(child, 0)[1])
+
+
 def main(argv: Sequence[str]) -> int:
     if "--" not in argv:
         _say("sandbox_keeper: usage: keep|relay [options] -- command...")
@@ -343,11 +399,14 @@ def main(argv: Sequence[str]) -> int:
     relay = modes.add_parser("relay")
     relay.add_argument("--port", type=int, required=True)
     relay.add_argument("--socket", required=True)
+    redact = modes.add_parser("redact")
+    redact.add_argument("--secrets", required=True)
     args = parser.parse_args(options)
     if not command:
         _say("sandbox_keeper: no command")
         return 2
-    return _keep(args, command) if args.mode == "keep" else _relay(args, command)
+    run = {"keep": _keep, "relay": _relay, "redact": _redact}[args.mode]
+    return run(args, command)
 
 
 if __name__ == "__main__":

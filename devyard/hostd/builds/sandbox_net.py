@@ -16,18 +16,25 @@ import contextlib
 import logging
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import trio
 
-from ...core.build_network import AllowEntry, allowed
+from ...core.build_network import (
+    AllowEntry,
+    BuildNetworkError,
+    allowed,
+    allowlist_of,
+    parse_allowlist,
+)
 from ..netdial import DialRefused, open_checked
 from ..netpolicy import NetPolicy
 from .sandbox import KEEPER
 
-__all__ = ["serve_allowlist_proxy"]
+__all__ = ["build_network", "build_options", "serve_allowlist_proxy"]
 
 log = logging.getLogger(__name__)
 
@@ -164,3 +171,37 @@ async def serve_allowlist_proxy(
             while True:
                 sock, _ = await listener.accept()
                 nursery.start_soon(one, sock)
+
+
+def build_options(order_spec: object) -> dict[str, Any]:
+    """The `DeviceSpec` fields of an order's instance spec that builds read: the allowlist
+    (``build_network``, as its entries' text) and the iOS Xcode sandbox (``xcode_sandbox``).
+    The server checked both; a malformed one here means no network and no sandbox."""
+    if not isinstance(order_spec, dict):
+        return {}
+    try:
+        entries = tuple(str(e) for e in allowlist_of(order_spec))
+    except BuildNetworkError:
+        entries = ()
+    sandbox = order_spec.get("sandbox")
+    xcode = sandbox.get("xcode") if isinstance(sandbox, dict) else None
+    enabled = isinstance(xcode, dict) and xcode.get("enabled") is True
+    return {"build_network": entries, "xcode_sandbox": enabled}
+
+
+@asynccontextmanager
+async def build_network(
+    entries: tuple[str, ...], directory: Path, policy: Callable[[], NetPolicy]
+) -> AsyncIterator[Path | None]:
+    """Serve an instance's allowlist proxy (its socket in *directory*) while in the block;
+    the socket's path, or None without entries (no network at all). *policy*: the device's
+    network policy, read per connection (the supervisor assigns it once the device is open)."""
+    if not entries:
+        yield None
+        return
+    parsed = parse_allowlist(list(entries))
+    path = directory / "proxy.sock"
+    async with trio.open_nursery() as nursery:
+        await nursery.start(serve_allowlist_proxy, path, parsed, policy)
+        yield path
+        nursery.cancel_scope.cancel()
