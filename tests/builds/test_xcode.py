@@ -23,6 +23,7 @@ from devyard.hostd.builds.commands import plan_exec
 from devyard.hostd.builds.errors import BuildError
 from devyard.hostd.drivers.xcode.plan import Secrets, XcodeTools, plan_xcodebuild
 from tests.e2e._cli import clean_env, run, start
+from tests.ports import free_port
 
 from ._stack import Stack, exec_id_of, read_events, require_tools, sync_tree
 
@@ -47,7 +48,8 @@ async def xcode_stack(tmp_path: Path) -> AsyncIterator[Stack]:
         token_file.write_text(made.stdout.decode().strip().splitlines()[-1])
         host_env = clean_env(DEVYARD_XCODE_TOOLS=str(FAKES), DEVYARD_XCODE_ALLOW_NON_MACOS="1")
         args = ["hostd", "--server", url, "--token-file", str(token_file), "--region", REGION]
-        args += ["--drivers", "xcode,virtual", "--data-dir", str(host_data), "--capacity", "4"]
+        args += ["--drivers", "xcode,virtual,gradle", "--data-dir", str(host_data)]
+        args += ["--capacity", "6", "--allow-network", "127.0.0.0/8"]  # the allowlist's server
         hostd = await start(args, host_env, tmp_path)
         try:
             key = (data / "admin-api-key").read_text().strip()
@@ -188,6 +190,28 @@ async def test_xcode_instances_and_the_ios_xcode_sandbox(tmp_path: Path) -> None
             assert answer.status_code == code, (spec, answer.text)
         ok = await _create(http, "xcode_instances", {"buildNetwork": {"allow": ["*.x.org:*"]}})
         assert ok["spec"]["buildNetwork"] == {"allow": ["*.x.org:*"]}
+
+        # -- a gradle instance's allowlist, end to end: order -> hostd -> proxy -> server ---
+        port, other = free_port(), free_port()
+        listeners = await trio.open_tcp_listeners(port, host="127.0.0.1")
+        async with trio.open_nursery() as servers:
+            servers.start_soon(trio.serve_listeners, _hello, listeners)
+            allow = {"buildNetwork": {"allow": [f"127.0.0.1:{port}"]}}
+            gradle = await _create(http, "gradle_instances", allow)
+            async with _client(gradle["status"]["apiUrl"], gradle["status"]["token"]) as api:
+                line = f"curl -sS http://127.0.0.1:{port}/; curl -sS http://127.0.0.1:{other}/"
+                _, events = await _build(api, {"command": "run", "commandLine": line})
+            text = "\n".join(e.data for e in events)
+            assert "hello through the allowlist" in text, text
+            assert f"127.0.0.1:{other} is not in this instance's spec.buildNetwork.allow" in text
+            servers.cancel_scope.cancel()
+
+
+async def _hello(stream: trio.SocketStream) -> None:
+    async with stream:
+        await stream.receive_some(65536)
+        body = b"hello through the allowlist"
+        await stream.send_all(b"HTTP/1.0 200 OK\r\nContent-Length: 27\r\n\r\n" + body)
 
 
 def _tools(tmp_path: Path) -> tuple[XcodeTools, Secrets]:

@@ -155,7 +155,12 @@ async def serve_allowlist_proxy(
     relay in it). *policy*: the host's network policy for the instance, asked per connection."""
     await trio.to_thread.run_sync(_prepare, path)
     listener = trio.socket.socket(trio.socket.AF_UNIX, trio.socket.SOCK_STREAM)
-    await listener.bind(str(path))
+    # through the directory's descriptor: an instance's path can be longer than AF_UNIX takes
+    directory = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        await listener.bind(f"/proc/self/fd/{directory}/{path.name}")
+    finally:
+        os.close(directory)
     os.chmod(path, 0o666)  # noqa: S103 - the socket's directory is the instance's, 0700 above
     listener.listen(64)
     limit = trio.CapacityLimiter(_MAX_CONNECTIONS)
