@@ -41,6 +41,8 @@ def _parse_network(text: str) -> str:
 # hostd/browser's defaults, repeated here so that building the parser imports nothing
 _CHROMIUM: Final = "/usr/bin/chromium"
 _BROWSER_MEMORY_MIB: Final = 2048
+
+
 def _parse_listen(text: str) -> tuple[str, int]:
     host, colon, port = text.rpartition(":")
     if not colon or not port.isdigit() or not 0 <= int(port) <= 65535:
@@ -63,6 +65,7 @@ def _run_hostd(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         return 2
     from .drivers import InvalidSpecError, drivers_by_name  # noqa: PLC0415
     from .drivers.emulator import EmulatorConfig  # noqa: PLC0415
+    from .drivers.xcode import XcodeConfig  # noqa: PLC0415
 
     drivers = tuple(dict.fromkeys(d.strip() for d in args.drivers.split(",") if d.strip()))
     unknown = [d for d in drivers if d not in drivers_by_name()]
@@ -98,6 +101,7 @@ def _run_hostd(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         drivers=drivers,
         link=args.link,
         emulator=emulator,
+        xcode=XcodeConfig.from_env(env),  # DEVYARD_XCODE_TOOLS, DEVYARD_XCODE_ALLOW_NON_MACOS
         net_policy=policy,
         ca_file=Path(args.ca_file) if args.ca_file else None,
         browser=BrowserConfig(

@@ -44,6 +44,7 @@ from ..core.versions import VERSION_UNSUPPORTED
 from .browser import BrowserConfig
 from .drivers import DriverOpener, Platform, drivers_by_name
 from .drivers.emulator import EmulatorConfig
+from .drivers.xcode import XcodeConfig
 from .endpoints import serve_streams
 from .metrics import serve_metrics
 from .netpolicy import NetPolicy
@@ -72,6 +73,7 @@ _PLATFORMS_BY_DRIVER: Final = {
     "virtual": ("android", "ios", "xcode", "gradle"),
     "android-emulator": ("android",),
     "gradle": ("gradle",),
+    "xcode": ("xcode",),
 }
 
 
@@ -106,6 +108,7 @@ class HostdConfig:
     backoff_base: float = 1.0
     link: str | None = None  # --link: a raw link port (tcp:// or tls://) or a WebSocket base
     emulator: EmulatorConfig | None = None  # the android-emulator driver's (the CLI loads it)
+    xcode: XcodeConfig | None = None  # the xcode driver's and iOS Xcode sandboxes' (the CLI's)
     net_policy: NetPolicy = attrs.field(factory=NetPolicy)  # --allow-network: netpolicy.py
     ca_file: Path | None = None  # --ca-file: a CA trusted besides the system's (core/tls.py)
     browser: BrowserConfig = attrs.field(factory=BrowserConfig)  # --chromium: docs/sandbox.md
@@ -161,7 +164,7 @@ class _EgressOverLink:
 
 
 def _openers(config: HostdConfig) -> dict[Platform, DriverOpener]:
-    known = drivers_by_name(emulator=config.emulator)
+    known = drivers_by_name(emulator=config.emulator, xcode=config.xcode)
     return {
         platform: known[name]
         for platform, name in config.drivers_by_platform.items()

@@ -39,6 +39,7 @@ from ..core.selectors import parse_selectors
 from . import metrics
 from .browser import BrowserConfig, browser_config, run_browser_sandbox, wants_browser
 from .builds import BuildHost
+from .builds.sandbox_net import build_options
 from .drivers import (
     AndroidDevice,
     DeviceDriver,
@@ -157,6 +158,7 @@ class Supervisor:
                 model=order.get("model"),
                 os_version=order.get("os_version"),
                 organization_id=str(order.get("organization_id") or ""),
+                **build_options(order.get("spec")),
             )
         except ValueError as exc:
             self._emit(instance_id, "terminated", f"bad order: {exc}")

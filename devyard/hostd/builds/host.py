@@ -60,6 +60,9 @@ class BuildConfig:
     retry_ms: int = 2000
     webhook: WebhookPolicy = attrs.field(factory=WebhookPolicy)
     android_sdk_root: str | None = None  # as the sandbox sees it (docs/builds.md)
+    #: A driver's own exec kinds (the xcode driver's ``xcodebuild``): their plan, or None to
+    #: leave the body to `plan_exec`.
+    planner: Callable[[dict[str, Any]], ExecPlan | None] | None = None
 
 
 class BuildHost:
@@ -149,7 +152,8 @@ class BuildHost:
 
     def start(self, body: dict[str, Any]) -> Exec:
         self.check_open()
-        plan = plan_exec(
+        plan = None if self.config.planner is None else self.config.planner(body)
+        plan = plan or plan_exec(
             body, gradle=self.config.gradle, webhook_http=self.config.webhook.allow_http
         )
         if self._running is not None:

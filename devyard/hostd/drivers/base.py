@@ -147,6 +147,11 @@ class DeviceSpec:
     #: The organization the instance belongs to ("" when the order does not say): what a
     #: driver keeps per organization on the host (the gradle driver's Gradle user home).
     organization_id: str = ""
+    #: ``spec.buildNetwork.allow`` of a build instance (or an iOS instance's Xcode sandbox):
+    #: the destinations its builds may reach through the allowlist proxy (builds/sandbox_net).
+    build_network: tuple[str, ...] = ()
+    #: iOS ``spec.sandbox.xcode.enabled``: an Xcode build sandbox attached (drivers/xcode).
+    xcode_sandbox: bool = False
 
 
 @attrs.frozen

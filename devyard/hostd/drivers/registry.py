@@ -17,6 +17,7 @@ from .base import DeviceDriver, DeviceSpec
 from .emulator import EmulatorConfig, open_emulator_device
 from .gradle import open_gradle_device
 from .virtual import open_virtual_device
+from .xcode import XcodeConfig, open_with_xcode_sandbox, open_xcode_device
 
 __all__ = ["DEFAULT_DRIVER", "DriverOpener", "drivers_by_name", "open_device"]
 
@@ -25,23 +26,32 @@ DriverOpener = Callable[[DeviceSpec], AbstractAsyncContextManager[DeviceDriver]]
 DEFAULT_DRIVER: Final = "virtual"
 
 
-def drivers_by_name(*, emulator: EmulatorConfig | None = None) -> Mapping[str, DriverOpener]:
+def drivers_by_name(
+    *, emulator: EmulatorConfig | None = None, xcode: XcodeConfig | None = None
+) -> Mapping[str, DriverOpener]:
     """Every driver this build knows, by the name hostd's ``--drivers`` option uses; each
-    opener bound to its driver's configuration."""
+    opener bound to its driver's configuration. *xcode* also serves the Xcode sandbox of the
+    virtual driver's iOS instances (``spec.sandbox.xcode.enabled``)."""
+    virtual = functools.partial(open_with_xcode_sandbox, opener=open_virtual_device, config=xcode)
     return {
-        "virtual": open_virtual_device,
+        "virtual": virtual,
         "android-emulator": functools.partial(open_emulator_device, config=emulator),
         "gradle": open_gradle_device,
+        "xcode": functools.partial(open_xcode_device, config=xcode),
     }
 
 
 def open_device(
-    spec: DeviceSpec, driver: str = DEFAULT_DRIVER, *, emulator: EmulatorConfig | None = None
+    spec: DeviceSpec,
+    driver: str = DEFAULT_DRIVER,
+    *,
+    emulator: EmulatorConfig | None = None,
+    xcode: XcodeConfig | None = None,
 ) -> AbstractAsyncContextManager[DeviceDriver]:
     """``async with open_device(spec) as device:`` starts a device with the named driver;
     ``emulator`` configures the ``android-emulator`` driver (hostd's CLI loads it)."""
     try:
-        opener = drivers_by_name(emulator=emulator)[driver]
+        opener = drivers_by_name(emulator=emulator, xcode=xcode)[driver]
     except KeyError:
         known = ", ".join(sorted(drivers_by_name()))
         raise InvalidSpecError(f"unknown driver {driver!r} (known: {known})") from None

@@ -24,6 +24,7 @@ from ..adb.device import AdbDevice
 from ..browser import serve_cdp
 from ..builds import BuildHost, is_build_path, serve_build_api
 from ..drivers import AndroidDevice, DeviceDriver, Platform
+from ..drivers.xcode import xcode_route
 from .browser import serve_browser_stream
 from .device_api import serve_device_api
 from .ports import serve_port_stream
@@ -105,7 +106,10 @@ async def _serve_kind(stream: MuxStream, request: dict[str, Any], device: Device
     if kind == "api":
         await accept_open(stream)
         builds = getattr(device, "builds", None)  # a build instance's data plane (builds/)
-        if isinstance(builds, BuildHost) and is_build_path(request.get("path")):
+        xcode = xcode_route(device, request)  # /simulator, an iOS instance's /xcode/... sandbox
+        if xcode is not None:
+            await xcode(stream)
+        elif isinstance(builds, BuildHost) and is_build_path(request.get("path")):
             await serve_build_api(stream, builds, request)
         else:
             await serve_device_api(stream, device, request)

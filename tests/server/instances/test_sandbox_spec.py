@@ -57,7 +57,7 @@ async def test_refusals_name_the_field(client: Client, callers: Callers) -> None
         ("android", {"initialAssets": [_flag("--proxy-server=http://x:1")]}, 422, "--proxy-server"),
         ("android", {"initialAssets": [_flag("--no-sandbox")]}, 422, "--no-sandbox"),
         ("android", {"initialAssets": [_flag("not a flag")]}, 422, "not a flag"),
-        ("android", {"sandbox": {"xcode": {"enabled": True}}}, 400, "xcode"),
+        ("android", {"sandbox": {"xcode": {"enabled": True}}}, 422, "xcode"),  # iOS only
         ("android", {"sandbox": {"playwrightAndroid": {"enabled": "yes"}}}, 400, "enabled"),
         ("android", {"initialAssets": [{"kind": "Configuration"}]}, 400, "initialAssets"),
     ]:

@@ -24,6 +24,8 @@ import trio
 
 from ...builds import BuildConfig, BuildHost, SandboxConfig, SandboxLimits
 from ...builds.sandbox import USR_LINKS
+from ...builds.sandbox_net import build_network
+from ...netdial import network_of
 from .._errors import InvalidSpecError
 from ..base import DeviceInfo, DeviceSpec, Platform
 from ..virtual import VirtualDevice
@@ -116,4 +118,9 @@ async def open_gradle_device(
         device = GradleDevice(spec, host)
         async with device:
             await trio.to_thread.run_sync(host.create)
-            yield device
+            policy = lambda: network_of(device).policy  # noqa: E731 - assigned once it runs
+            async with build_network(spec.build_network, host.directory / "net", policy) as proxy:
+                if proxy is not None:  # spec.buildNetwork.allow: through the proxy only
+                    sandbox = attrs.evolve(host.config.sandbox, proxy=proxy)
+                    host.config = attrs.evolve(host.config, sandbox=sandbox)
+                yield device

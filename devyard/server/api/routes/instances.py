@@ -12,6 +12,7 @@ from typing import Any, Final
 import trio
 from quart import Blueprint, Response, jsonify, request
 
+from ....core.build_network import BuildNetworkError
 from ... import viewing
 from ...billing.provider import BillingError
 from ...blobs import InitialAssetError, InitialAssetProblem
@@ -27,8 +28,10 @@ from ...instances.placement import ModelNotAllowed, check_model
 from ...instances.requests import FieldNotAllowed
 from ...instances.sandbox_spec import (
     SandboxSpecError,
+    check_build_network,
     check_sandbox_spec,
     playwright_android_enabled,
+    xcode_sandbox_enabled,
 )
 from ...store import errors as store_errors
 from ...store.base import Instance, InstanceState, Platform, Role
@@ -100,10 +103,14 @@ def _urls(instance: Instance, base: str, credential: str | None) -> dict[str, st
 
 
 def _sandbox_urls(instance: Instance, base: str) -> dict[str, Any]:
-    """``status.sandbox`` (docs/sandbox.md): the CDP endpoint of the instance's browser."""
+    """``status.sandbox``: the CDP endpoint of the instance's browser (docs/sandbox.md), the
+    Xcode build sandbox of an iOS instance (docs/xcode.md)."""
     if instance.platform is Platform.ANDROID and playwright_android_enabled(instance.spec):
         ws = "ws" + base.removeprefix("http")
         return {"playwrightAndroid": {"url": f"{ws}/v1/instances/{instance.id}/cdp"}}
+    if instance.platform is Platform.IOS and xcode_sandbox_enabled(instance.spec):
+        # the instance's apiUrl + /xcode: the build API of its sandbox (docs/xcode.md)
+        return {"xcode": {"url": f"{base}/v1/instances/{instance.id}/api/xcode"}}
     return {}
 
 
@@ -207,6 +214,10 @@ async def create_instance() -> Response:
         initial_assets=await _initial_assets(caller.org_id, _platform(), data.get("spec", {})),
     )
     service = state().instances
+    try:
+        check_build_network(new.spec)
+    except BuildNetworkError as exc:
+        raise BadRequest(f"spec.buildNetwork: {exc}", reason="invalid_body") from exc
     try:
         check_sandbox_spec(new.platform.value, new.spec)
         check_model(
