@@ -40,6 +40,7 @@ from .routes import (
     audit,
     billing,
     build_logs,
+    cli_login,
     domains,
     health,
     identity,
@@ -79,6 +80,7 @@ _BLUEPRINTS = (
     secret_scanning,
     billing,
     build_logs,
+    cli_login,
 )
 
 
