@@ -11,7 +11,8 @@
 
 The tool prints the phrase and opens the page; the person checks the phrase and approves;
 the tool's next poll receives a NEW key of the approver's user in the approver's organization
-(read-only if the approving key is). The key is minted at that poll and is never in a URL.
+(read-only keys and scoped tokens cannot approve). The key is minted at that poll and is
+never in a URL.
 Requests live in memory for `TTL` seconds, at most `MAX_PENDING` at once, and are kept by the
 hash of their id and secret, not the values; each is approved once and collected once.
 """
