@@ -86,11 +86,8 @@ async def upsert_asset() -> Response:
     data = body()
     os_name, platform = data.get("os"), data.get("platform")
     if platform is not None:
-        if os_name is not None and os_name != _PLATFORM_OS[platform]:
-            raise BadRequest(
-                f"os {os_name!r} and platform {platform!r} disagree: send one of them",
-                reason="invalid_body",
-            )
+        if os_name is not None:  # the document already refuses both
+            raise BadRequest("send os or its alias platform, not both", reason="invalid_body")
         os_name = _PLATFORM_OS[platform]
     asset = await state().store.upsert_asset(
         org_id=principal().org_id, name=data["name"], os=os_name, ttl_s=_ttl(data.get("ttl"))
