@@ -6,19 +6,23 @@
 
 ``login`` checks the key against the server (``whoami``) before it saves anything, then
 writes the profile to ``config.toml`` (0600) and makes it the default unless
-``--no-default``. Keys are never printed; ``profiles`` lists names and URLs only. Browser
-approval is not implemented: a key comes from ``--api-key-file``, ``DEVYARD_API_KEY``, or a
-hidden prompt.
+``--no-default``. Keys are never printed; ``profiles`` lists names and URLs only. A key comes
+from ``--api-key-file``, ``--api-key`` or ``DEVYARD_API_KEY``; without one, ``login`` asks the
+server for a login request, prints its phrase and approval URL, opens that in the browser
+(unless ``--no-browser`` or there is none), and polls until someone signed in approves: the
+server then hands out a new API key, once (the flow ``lim login`` uses too,
+docs/compatibility.md).
 """
 
 from __future__ import annotations
 
 import argparse
-import getpass
 import json
+import socket
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from .commands import EXIT_OK, EXIT_USAGE, _one_line, exit_code_of
 from .profiles import DEFAULT_PROFILE, ENV_API_KEY, ConfigFileError, Profile
@@ -33,9 +37,61 @@ def _key(args: argparse.Namespace, env: Mapping[str, str]) -> str | None:
         return str(args.api_key).strip() or None
     if env.get(ENV_API_KEY):
         return env[ENV_API_KEY].strip()
-    if sys.stdin.isatty():
-        return getpass.getpass("API key (input hidden): ").strip() or None
     return None
+
+
+LOGIN_WAIT = 600.0  # seconds to wait for the approval (the server keeps a request as long)
+
+
+class BrowserLoginFailed(Exception):
+    """The browser login ended without a key (expired, refused, or the server said no)."""
+
+
+async def browser_login(base_url: str, *, open_browser: bool) -> str:
+    """A new API key through the server's login request: prints the phrase and the URL,
+    opens it in the browser when asked, polls until approved (docs/compatibility.md)."""
+    import webbrowser  # noqa: PLC0415
+
+    import httpx  # noqa: PLC0415
+    import trio  # noqa: PLC0415
+
+    from .. import __version__  # noqa: PLC0415
+
+    async with httpx.AsyncClient(base_url=base_url, timeout=30.0) as http:
+        started = await http.post(
+            "/authn/cli/sessions",
+            json={"hostname": socket.gethostname(), "cliVersion": f"devyard {__version__}"},
+        )
+        request = _json(started, "starting the login")
+        print(f"Confirm this phrase in your browser: {request['phrase']}", file=sys.stderr)
+        url = str(request["verificationUrl"])
+        opened = open_browser and await trio.to_thread.run_sync(webbrowser.open, url)
+        how = "Opened" if opened else "Open"
+        print(f"{how} this URL to approve the login: {url}", file=sys.stderr)
+        interval = max(1, int(request.get("pollIntervalSeconds", 2)))
+        poll = f"/authn/cli/sessions/{request['sessionId']}/token"
+        with trio.move_on_after(LOGIN_WAIT):
+            while True:
+                answer = await http.get(poll, params={"secret": request["secret"]})
+                if answer.status_code == 200:
+                    return str(_json(answer, "collecting the key")["apiKey"])
+                if answer.status_code == 410:
+                    raise BrowserLoginFailed("the login request expired: run login again")
+                if answer.status_code != 202:
+                    _json(answer, "waiting for approval")
+                await trio.sleep(interval)
+    raise BrowserLoginFailed("nobody approved the login in time: run login again")
+
+
+def _json(response: Any, doing: str) -> dict[str, Any]:
+    try:
+        data = response.json()
+    except ValueError:
+        data = None
+    if response.is_success and isinstance(data, dict):
+        return data
+    message = data.get("message") if isinstance(data, dict) else None
+    raise BrowserLoginFailed(f"{doing}: {message or f'HTTP {response.status_code}'}")
 
 
 def _login(args: argparse.Namespace, env: Mapping[str, str]) -> int:
@@ -56,12 +112,16 @@ def _login(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         print(f"devyard login: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if key is None:
-        print(
-            f"devyard login: error: no API key: pass --api-key-file FILE, set {ENV_API_KEY}, "
-            "or run it in a terminal to be asked",
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
+        import httpx  # noqa: PLC0415
+        import trio  # noqa: PLC0415
+
+        try:
+            key = trio.run(
+                lambda: browser_login(base_url.rstrip("/"), open_browser=not args.no_browser)
+            )
+        except (BrowserLoginFailed, httpx.HTTPError) as exc:
+            print(f"devyard login: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
 
     async def check() -> str:
         async with AsyncClient(base_url.rstrip("/"), key) as client:
@@ -125,6 +185,11 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     login.add_argument("--api-key", metavar="KEY", help="visible in ps: prefer the file or prompt")
     login.add_argument("--api-key-file", metavar="FILE")
     login.add_argument("--no-default", action="store_true", help="keep the current default")
+    login.add_argument(
+        "--no-browser",
+        action="store_true",
+        help="without a key: print the approval URL instead of opening a browser",
+    )
     login.add_argument("--json", action="store_true")
     login.set_defaults(run=_login)
     profiles = sub.add_parser("profiles", help="list the saved profiles (never their keys)")

@@ -41,6 +41,7 @@ from .routes import (
     audit,
     billing,
     build_logs,
+    cli_login,
     domains,
     health,
     identity,
@@ -82,6 +83,7 @@ _BLUEPRINTS = (
     billing,
     stripe_webhook,
     build_logs,
+    cli_login,
 )
 
 

@@ -116,9 +116,13 @@ class SqlAssets:
         name: str | None = None,
         name_prefix: str | None = None,
         limit: int = 50,
+        starting_after: str | None = None,
     ) -> list[Asset]:
         sql = _SELECT + " WHERE org_id = :org_id"
         params: dict[str, object] = {"org_id": org_id, "limit": limit}
+        if starting_after is not None:
+            sql += " AND id > :after"
+            params["after"] = starting_after
         if name is not None:
             sql += " AND name = :name"
             params["name"] = name

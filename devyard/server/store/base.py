@@ -611,8 +611,10 @@ class Store(AccountStore, BillingStore, Protocol):
         name: str | None = None,
         name_prefix: str | None = None,
         limit: int = 50,
+        starting_after: str | None = None,
     ) -> list[Asset]:
-        """At most *limit* assets in id order, filtered by exact name and/or name prefix."""
+        """At most *limit* assets in id order, filtered by exact name and/or name prefix;
+        only those after the id *starting_after*, when given."""
 
     async def delete_asset(self, org_id: str, asset_id: str) -> Asset:
         """Deletes the row and returns it (its ``blob_key`` is the caller's to delete)."""

@@ -21,7 +21,16 @@ async def test_upload_flow_get_or_create_then_put_then_download(
     served: Served, callers: Callers
 ) -> None:
     created = await served.upsert(callers.member, "app.apk", os="android")
-    assert set(created) == {"id", "name", "os", "createdAt", "signedUploadUrl", "signedDownloadUrl"}
+    assert set(created) == {
+        "id",
+        "name",
+        "os",
+        "createdAt",
+        "signedUploadUrl",
+        "signedDownloadUrl",
+        "kind",  # the SDKs' names (docs/compatibility.md)
+        "platform",
+    }
     assert created["os"] == "android"
     again = await served.upsert(callers.member, "app.apk")
     assert again["id"] == created["id"]
@@ -80,10 +89,31 @@ async def test_list_filters_urls_and_limit(served: Served, callers: Callers) -> 
     response = await served.http.get(
         f"{served.url}/v1/assets",
         params={"nameFilter": "b", "includeUploadUrl": "true", "includeDownloadUrl": "true"},
-        headers=callers.viewer.headers,
+        headers=callers.member.headers,
     )
     [item] = response.json()
     assert "signedUploadUrl" in item and "signedDownloadUrl" in item
+    # An upload URL writes: a viewer may read the list, not get one (it got one before).
+    refused = await served.http.get(
+        f"{served.url}/v1/assets",
+        params={"includeUploadUrl": "true"},
+        headers=callers.viewer.headers,
+    )
+    assert refused.status_code == 403, refused.text
+    assert refused.json()["reason"] == "forbidden"
+    # Repeat until an empty result (spec 4.1): ``startingAfter`` is the last id seen.
+    seen: list[str] = []
+    after: dict[str, str] = {}
+    while page := (
+        await served.http.get(
+            f"{served.url}/v1/assets",
+            params={"limit": "3", **after},
+            headers=callers.viewer.headers,
+        )
+    ).json():
+        seen += [i["name"] for i in page]
+        after = {"startingAfter": page[-1]["id"]}
+    assert seen == ["a_1", "a%2", "ab", "b"]
     bare = await served.http.get(f"{served.url}/v1/assets", headers=callers.viewer.headers)
     assert all("signedUploadUrl" not in i and "signedDownloadUrl" not in i for i in bare.json())
 

@@ -48,6 +48,7 @@ from .._errors import (
 from ..auth import Principal, role_at_least
 from ..context import body, bool_param, int_param, principal, state, str_param
 from ..views import base_url, timestamp
+from .compat import bare_list_client
 
 __all__ = ["blueprint", "instance_view"]
 
@@ -304,6 +305,8 @@ async def list_instances() -> Response:
         found = found[1:] if before is not None and after is None else found[:limit]
     base = base_url()
     items = [_view(caller, i, base) for i in found]
+    if bare_list_client():
+        return jsonify(items)  # the TypeScript SDK and ``lim`` read a bare array
     return jsonify({"items": items, "hasMore": has_more})
 
 
