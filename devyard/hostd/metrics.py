@@ -11,7 +11,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final, Protocol
 
 import trio
-from prometheus_client import CollectorRegistry, Counter, ProcessCollector, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.core import GaugeMetricFamily
 
 from .. import __version__
@@ -27,11 +33,15 @@ class Supervisor(Protocol):
 
     def running(self) -> list[str]: ...
 
+
 __all__ = [
     "DRIVER_ERRORS",
     "EGRESS_BYTES",
     "EGRESS_STREAMS",
     "REGISTRY",
+    "STREAM_BYTES",
+    "STREAM_ENCODE_SECONDS",
+    "STREAM_FRAMES",
     "count_egress_splice",
     "render",
     "serve_metrics",
@@ -49,6 +59,24 @@ DRIVER_ERRORS: Final = Counter(
 EGRESS_STREAMS: Final = Counter(
     "devyard_host_egress_streams",
     "Device connections carried by the egress proxies (ended).",
+    registry=REGISTRY,
+)
+STREAM_FRAMES: Final = Counter(
+    "devyard_host_stream_frames",
+    "Frames sent to live viewers, by codec (its rate is the frames per second viewers get).",
+    ["codec"],
+    registry=REGISTRY,
+)
+STREAM_BYTES: Final = Counter(
+    "devyard_host_stream_bytes",
+    "Bytes of frames sent to live viewers, by codec.",
+    ["codec"],
+    registry=REGISTRY,
+)
+STREAM_ENCODE_SECONDS: Final = Histogram(
+    "devyard_host_stream_encode_seconds",
+    "Time to draw, scale and encode one H.264 frame of a shared encoder (one per tier).",
+    buckets=(0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0),
     registry=REGISTRY,
 )
 EGRESS_BYTES: Final = Counter(

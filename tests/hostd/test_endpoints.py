@@ -21,6 +21,7 @@ from devyard.core import (
     receive_message,
     request_open,
 )
+from devyard.hostd import metrics
 from devyard.hostd.adb import serve_adb_tcp
 from devyard.hostd.adb.packets import Command, Packet, PacketDecoder, encode_packet
 from devyard.hostd.drivers import DeviceDriver, DeviceSpec, Platform, open_device
@@ -185,3 +186,34 @@ async def test_bad_control_messages_are_answered_and_the_viewer_serves_on(tmp_pa
             await viewer.send('{"type": "clipboard"}')
             assert json.loads(await viewer.receive())["type"] == "clipboard"
         await stream.aclose()
+
+
+def _sample(name: str, **labels: str) -> float:
+    value = metrics.REGISTRY.get_sample_value(name, labels or None)
+    return 0.0 if value is None else value
+
+
+@pytest.mark.parametrize("codec", ["h264", "jpeg"])
+async def test_frames_sent_to_a_viewer_move_the_stream_metrics(tmp_path: Path, codec: str) -> None:
+    """The host's live-view figures (issue 20): frames and bytes per codec, whose rate is the
+    fps viewers get, and the shared H.264 encoder's time per frame."""
+    frames_before = _sample("devyard_host_stream_frames_total", codec=codec)
+    bytes_before = _sample("devyard_host_stream_bytes_total", codec=codec)
+    encoded_before = _sample("devyard_host_stream_encode_seconds_count")
+    async with (
+        open_device(DeviceSpec(Platform.ANDROID, "virt", tmp_path / "a")) as virtual,
+        edge_side({"virt": virtual}) as edge,
+    ):
+        stream = await edge.open_stream()
+        await request_open(stream, "device-stream", instance_id="virt")
+        viewer = RelayChannel(stream)
+        with trio.fail_after(20):
+            assert json.loads(await viewer.receive())["type"] == "hello"
+            await viewer.send(json.dumps({"type": "start", "protocol": 2, "accept": codec}))
+            while not isinstance(await viewer.receive(), bytes):  # a still screen: one frame
+                pass
+        await stream.aclose()
+    assert _sample("devyard_host_stream_frames_total", codec=codec) >= frames_before + 1
+    assert _sample("devyard_host_stream_bytes_total", codec=codec) > bytes_before
+    encoded = _sample("devyard_host_stream_encode_seconds_count") - encoded_before
+    assert encoded >= 1 if codec == "h264" else encoded == 0

@@ -45,6 +45,7 @@ from typing import Any, Final
 import trio
 
 from ...core import RelayChannel
+from .. import metrics
 from ..drivers import (
     Codec,
     DeviceDriver,
@@ -277,6 +278,8 @@ class _Viewer:
                 else:
                     data = media_frame_v2(frame)
                 await self.channel.send(data)
+                metrics.STREAM_FRAMES.labels(frame.codec.value).inc()
+                metrics.STREAM_BYTES.labels(frame.codec.value).inc(len(data))
 
 
 def _negotiate(accept: object, offered: tuple[Codec, ...]) -> Codec:

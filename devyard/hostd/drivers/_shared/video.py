@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Final, Protocol
 import attrs
 import trio
 
+from ... import metrics
 from ..base import Codec, Frame
 
 if TYPE_CHECKING:
@@ -272,6 +273,7 @@ class H264Tier:
         data, key, encode_ms, width, height = await trio.to_thread.run_sync(
             encode, limiter=_limiter()
         )
+        metrics.STREAM_ENCODE_SECONDS.observe(encode_ms / 1000)
         self._encoded = (version, epoch)
         self._not_before = now + self._interval
         if not data:  # (x264 with zerolatency answers every frame at once; never seen)
