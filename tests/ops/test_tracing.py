@@ -3,6 +3,9 @@ real host daemon is one trace, the host's span a child of the server's; off, not
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -120,3 +123,21 @@ def test_an_unknown_exporter_is_a_clear_error() -> None:
     assert tracing.SERVER.tracer is None
     tracing.enable_named(None, tracing.SERVER)  # unset: stays off
     assert tracing.SERVER.tracer is None
+
+
+@pytest.mark.parametrize("command", ["server", "hostd"])
+def test_a_command_with_an_unknown_exporter_stops_at_start(tmp_path: Path, command: str) -> None:
+    args = ["--data-dir", str(tmp_path)]
+    if command == "hostd":
+        args += ["--server", "http://127.0.0.1:9", "--token-file", os.devnull, "--region", "r"]
+    done = subprocess.run(
+        [sys.executable, "-m", "devyard", command, *args],
+        env={**os.environ, tracing.EXPORTER_ENV: "zipkin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "unknown OpenTelemetry exporter 'zipkin'" in done.stderr
+    assert "Traceback" not in done.stderr
