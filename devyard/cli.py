@@ -136,6 +136,15 @@ def _run_server_command(args: argparse.Namespace, env: Mapping[str, str]) -> int
         return 2
     assert isinstance(config, ServerConfig)
     _configure_logging(args.log_level, args.log_format)
+    if args.command in ("up", "server"):  # optional device-request traces (docs/operations.md)
+        from .core import tracing  # noqa: PLC0415
+
+        sides = (tracing.SERVER, tracing.HOSTD) if args.command == "up" else (tracing.SERVER,)
+        try:
+            tracing.enable_named(env.get(tracing.EXPORTER_ENV), *sides)
+        except tracing.TracingError as exc:
+            print(f"devyard: error: {exc}", file=sys.stderr)
+            return 2
     try:
         if args.command == "admin" and args.admin_command == "host-token":
             return _host_token(config, args.action, args.host)

@@ -54,6 +54,7 @@ def _run_hostd(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     import trio  # noqa: PLC0415
 
     from .._process import setup_logging  # noqa: PLC0415
+    from ..core import tracing  # noqa: PLC0415
     from .browser import BrowserConfig  # noqa: PLC0415
     from .daemon import HostdConfig, run_hostd  # noqa: PLC0415
     from .netpolicy import NetPolicy, parse_networks  # noqa: PLC0415
@@ -86,6 +87,11 @@ def _run_hostd(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     emulator = None
     policy = NetPolicy(allow=parse_networks(args.allow_network))
     setup_logging(args.log_level, fmt=args.log_format)
+    try:  # optional device-request traces (docs/operations.md, "Tracing")
+        tracing.enable_named(env.get(tracing.EXPORTER_ENV), tracing.HOSTD)
+    except tracing.TracingError as exc:
+        print(f"devyard hostd: error: {exc}", file=sys.stderr)
+        return 2
     if "android-emulator" in drivers:
         try:  # the environment is read here, at the edge, and handed down
             emulator = _emulator_config(EmulatorConfig.from_env(env), args, policy)

@@ -42,7 +42,7 @@ from urllib.parse import parse_qs
 import attrs
 import trio
 
-from ...core import send_message
+from ...core import send_message, tracing
 from ..adb.device import AdbDevice
 from ..adb.interpreter import CommandIO, Interpreter
 from ..drivers import (
@@ -460,6 +460,7 @@ async def serve_device_api(
         response = await DeviceApi(device).route(req)
     except (RequestError, DeviceError, trio.ClosedResourceError) as exc:
         response = _error_response(exc)
+    tracing.record_status(tracing.HOSTD, response.status)  # on the request's span, if tracing
     if response.status >= 500:
         log.warning("device API %s %s: %s", req.method, req.path, response.body[:200])
     try:

@@ -16,6 +16,7 @@ from ...core import (
     accept_open,
     read_open,
     reject_open,
+    tracing,
 )
 from ...core.adb_splice import adb_splice
 from ..adb import ProtocolError as AdbProtocolError
@@ -96,7 +97,8 @@ async def _route(stream: MuxStream, request: dict[str, Any], devices: DeviceLook
             nursery.cancel_scope.cancel()
 
         nursery.start_soon(end_with_the_instance)
-        await _serve_kind(stream, request, device)
+        with tracing.serving_span(tracing.HOSTD, request):  # an api stream's span, if tracing
+            await _serve_kind(stream, request, device)
         nursery.cancel_scope.cancel()
 
 

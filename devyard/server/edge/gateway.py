@@ -51,6 +51,7 @@ from ...core import (
     UpgradeRequest,
     receive_message,
     splice,
+    tracing,
 )
 from ...core.transports import WS_MAX_MESSAGE
 from .. import metrics, viewing
@@ -70,6 +71,7 @@ from .links import Edge
 from .ports import PORTS, PortProxy
 from .ports import PortRefused as _Refused  # one HTTP refusal for the edge's routes
 from .sdk_sockets import REVERSE_TUNNEL, SDK_SOCKETS, refuse_reverse_tunnel
+from .tracing import device_request
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +157,8 @@ class InstanceGateway:
         if scope["type"] == "websocket":
             await self._websocket(scope, receive, send)
         elif scope["type"] == "http":
-            await self._http(scope, receive, send)
+            with device_request(scope, send, INSTANCES_PREFIX) as traced_send:  # off: send
+                await self._http(scope, receive, traced_send)
 
     async def _admit(
         self,
@@ -240,6 +243,7 @@ class InstanceGateway:
                     for name in ("content-encoding", "last-event-id")
                     if (value := _header(scope, name.encode()))
                 },
+                **tracing.open_fields(tracing.SERVER),  # traceparent, when tracing
             )
         except _Refused as refused:
             await send_http_error(send, refused.status, refused.message, refused.reason)
