@@ -130,7 +130,7 @@ def test_unknown_model_or_version_is_a_clear_error(
 
 
 async def test_registry_opens_virtual_and_refuses_unknown_drivers(tmp_path: Path) -> None:
-    assert set(drivers_by_name()) == {"virtual", "android-emulator", "gradle"}
+    assert set(drivers_by_name()) == {"virtual", "android-emulator", "gradle", "xcode"}
     spec = DeviceSpec(Platform.ANDROID, "reg", tmp_path / "s")
     async with open_device(spec) as dev:
         assert dev.describe().driver == "virtual"
