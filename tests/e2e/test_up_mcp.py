@@ -173,7 +173,9 @@ async def _scenario(base: str, key: str) -> None:
             assert put.status_code in (200, 201, 204), put.text
             installed = await agent.call_tool("install_app", {"asset": "notes.apk"})
             assert not installed.is_error and "com.acme.notes" in installed.content[0].text  # type: ignore[union-attr]
-            private = await agent.call_tool("install_app", {"url": f"{base}/nothing.apk"})
+            # a private address that is not the server's own origin (which hosts trust for
+            # installs from its signed asset URLs, docs/sdk-device.md)
+            private = await agent.call_tool("install_app", {"url": "http://127.0.0.1:9/x.apk"})
             assert private.is_error and "not-allowed" in private.content[0].text  # type: ignore[union-attr]
             missing = await agent.call_tool("install_app", {"asset": "nope.apk"})
             assert missing.is_error and "GET /v1/assets" in missing.content[0].text  # type: ignore[union-attr]
