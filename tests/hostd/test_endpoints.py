@@ -169,7 +169,9 @@ async def test_bad_device_api_input_is_a_400_on_a_stream_that_answers(
             assert status == 200
 
 
-async def test_bad_control_messages_are_answered_and_the_viewer_serves_on(tmp_path: Path) -> None:
+@asynccontextmanager
+async def _viewer(tmp_path: Path) -> AsyncIterator[RelayChannel]:
+    """A live-view viewer of a virtual Android device, past the host's ``hello``."""
     async with (
         open_device(DeviceSpec(Platform.ANDROID, "virt", tmp_path / "a")) as virtual,
         edge_side({"virt": virtual}) as edge,
@@ -179,13 +181,19 @@ async def test_bad_control_messages_are_answered_and_the_viewer_serves_on(tmp_pa
         viewer = RelayChannel(stream)
         with trio.fail_after(10):
             assert json.loads(await viewer.receive())["type"] == "hello"
+        yield viewer
+        await stream.aclose()
+
+
+async def test_bad_control_messages_are_answered_and_the_viewer_serves_on(tmp_path: Path) -> None:
+    async with _viewer(tmp_path) as viewer:
+        with trio.fail_after(10):
             for bad in ('{"type": "rotate", "rotation": 1e400}', "[" * 100_000 + "]" * 100_000):
                 await viewer.send(bad)
                 answer = await viewer.receive()
                 assert isinstance(answer, str) and json.loads(answer)["type"] == "error"
             await viewer.send('{"type": "clipboard"}')
             assert json.loads(await viewer.receive())["type"] == "clipboard"
-        await stream.aclose()
 
 
 def _sample(name: str, **labels: str) -> float:
@@ -200,19 +208,11 @@ async def test_frames_sent_to_a_viewer_move_the_stream_metrics(tmp_path: Path, c
     frames_before = _sample("devyard_host_stream_frames_total", codec=codec)
     bytes_before = _sample("devyard_host_stream_bytes_total", codec=codec)
     encoded_before = _sample("devyard_host_stream_encode_seconds_count")
-    async with (
-        open_device(DeviceSpec(Platform.ANDROID, "virt", tmp_path / "a")) as virtual,
-        edge_side({"virt": virtual}) as edge,
-    ):
-        stream = await edge.open_stream()
-        await request_open(stream, "device-stream", instance_id="virt")
-        viewer = RelayChannel(stream)
+    async with _viewer(tmp_path) as viewer:
         with trio.fail_after(20):
-            assert json.loads(await viewer.receive())["type"] == "hello"
             await viewer.send(json.dumps({"type": "start", "protocol": 2, "accept": codec}))
             while not isinstance(await viewer.receive(), bytes):  # a still screen: one frame
                 pass
-        await stream.aclose()
     assert _sample("devyard_host_stream_frames_total", codec=codec) >= frames_before + 1
     assert _sample("devyard_host_stream_bytes_total", codec=codec) > bytes_before
     encoded = _sample("devyard_host_stream_encode_seconds_count") - encoded_before
