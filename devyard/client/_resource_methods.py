@@ -11,11 +11,13 @@ from typing import Any, Final
 from urllib.parse import quote
 
 from ._errors import ResponseError
-from .models import _obj, parse_list
+from .models import parse_list
 from .resources import (
     CreatedTunnel,
     Instance,
+    InstancePage,
     InstanceUsage,
+    InstanceUsagePage,
     Page,
     Platform,
     Tunnel,
@@ -103,9 +105,9 @@ class ResourceMethods:
         if starting_after:
             params["startingAfter"] = starting_after
         path = f"/v1/{Platform(platform).value}_instances"
-        page = _obj(await self.request("GET", path, params=params), "InstancePage")
-        items = parse_list(page.get("items"), Instance.from_json)
-        more = bool(page.get("hasMore")) and bool(items)
+        page = InstancePage.from_json(await self.request("GET", path, params=params))
+        items = page.items
+        more = page.has_more and bool(items)
         return Page(items, more, items[-1].id if items else None)
 
     async def iter_instances(
@@ -135,9 +137,9 @@ class ResourceMethods:
     async def build_logs(self, instance_id: str) -> list[dict[str, Any]]:
         """A build instance's logs, oldest first (docs/builds.md), also after it ended."""
         data = await self.request("GET", _instance_path(instance_id) + "/build_logs")
-        if not isinstance(data, list):
-            raise ResponseError("expected a JSON array of build logs")
-        return [dict(_obj(item, "BuildLog")) for item in data]
+        if not isinstance(data, list) or not all(isinstance(item, dict) for item in data):
+            raise ResponseError("expected a JSON array of build log objects")
+        return [dict(item) for item in data]
 
     # -- tunnels (docs/tunnels.md) --------------------------------------------------------------
 
@@ -157,7 +159,7 @@ class ResourceMethods:
         return CreatedTunnel.from_json(await self.request("POST", "/v1/tunnels", body=body))
 
     async def list_tunnels(self) -> list[Tunnel]:
-        return parse_list(await self.request("GET", "/v1/tunnels"), Tunnel.from_json)
+        return parse_list(await self.request("GET", "/v1/tunnels"), Tunnel)
 
     async def get_tunnel(self, name: str) -> Tunnel:
         return Tunnel.from_json(await self.request("GET", f"/v1/tunnels/{_seg(name)}"))
@@ -211,10 +213,10 @@ class ResourceMethods:
                 params[key] = value
         while True:
             data = await self.request("GET", "/v1/analytics/instances", params=params)
-            page = _obj(data, "InstanceUsagePage")
-            items = parse_list(page.get("items"), InstanceUsage.from_json)
+            page = InstanceUsagePage.from_json(data)
+            items = page.items
             for item in items:
                 yield item
-            if not page.get("hasMore") or not items:
+            if not page.has_more or not items:
                 return
             params = {**params, "startingAfter": items[-1].instance_tid}

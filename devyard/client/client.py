@@ -170,7 +170,7 @@ class AsyncClient(ResourceMethods):
         return _message(await self.request("GET", "/readyz"))
 
     async def list_regions(self) -> list[Region]:
-        return parse_list(await self.request("GET", "/regions"), Region.from_json)
+        return parse_list(await self.request("GET", "/regions"), Region)
 
     async def get_plan(self, plan_tid: str) -> Plan:
         return Plan.from_json(await self.request("GET", f"/plans/{_segment(plan_tid)}"))
@@ -202,7 +202,7 @@ class AsyncClient(ResourceMethods):
 
     async def list_user_memberships(self, user_name: str) -> list[Organization]:
         path = f"/users/{_segment(user_name)}/memberships"
-        return parse_list(await self.request("GET", path), Organization.from_json)
+        return parse_list(await self.request("GET", path), Organization)
 
     # -- organizations and members ---------------------------------------------------------------
 
@@ -227,7 +227,7 @@ class AsyncClient(ResourceMethods):
 
     async def list_members(self, org_id: str) -> list[Member]:
         path = f"/organizations/{_segment(org_id)}/members"
-        return parse_list(await self.request("GET", path), Member.from_json)
+        return parse_list(await self.request("GET", path), Member)
 
     async def add_member(
         self, org_id: str, user_name: str, role: Role, *, email: str | None = None
@@ -259,7 +259,7 @@ class AsyncClient(ResourceMethods):
     async def list_api_keys(self, org_id: str, *, include_revoked: bool = False) -> list[ApiKey]:
         path = f"/organizations/{_segment(org_id)}/apiKeys"
         params = {"includeRevoked": "true" if include_revoked else "false"}
-        return parse_list(await self.request("GET", path, params=params), ApiKey.from_json)
+        return parse_list(await self.request("GET", path, params=params), ApiKey)
 
     async def create_api_key(
         self, org_id: str, name: str, *, read_only: bool = False, user_name: str | None = None
@@ -308,7 +308,7 @@ class AsyncClient(ResourceMethods):
             params["nameFilter"] = name
         if name_prefix is not None:
             params["namePrefixFilter"] = name_prefix
-        return parse_list(await self.request("GET", "/v1/assets", params=params), Asset.from_json)
+        return parse_list(await self.request("GET", "/v1/assets", params=params), Asset)
 
     async def get_asset(self, asset_id: str, *, include_download_url: bool = False) -> Asset:
         params = {"includeDownloadUrl": "true" if include_download_url else "false"}

@@ -1,27 +1,30 @@
 """Typed models of instances (every platform), tunnels, usage and build logs.
 
-Each keeps the API's JSON it came from in ``raw`` (not compared, not in repr) so a field this
+Structured by the client's one cattrs converter (``_convert``). Instances, tunnels and usage
+keep the API's JSON they came from in ``raw`` (not compared, not in repr) so a field this
 client does not model yet is still reachable, and ``output.to_json`` prints the API's shape.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 import attrs
 
+from ._convert import Model, structure
 from ._errors import ResponseError
-from .models import _get, _obj, _optional_time, _time
 
 __all__ = [
     "CreatedTunnel",
     "Instance",
+    "InstancePage",
     "InstanceState",
     "InstanceStatus",
     "InstanceUsage",
+    "InstanceUsagePage",
     "Page",
     "Platform",
     "Tunnel",
@@ -56,19 +59,18 @@ class InstanceState(enum.StrEnum):
     TERMINATED = "terminated"
 
 
-def _opt_str(data: Mapping[str, Any], key: str, what: str) -> str | None:
-    return None if data.get(key) is None else _get(data, key, str, what)
-
-
-def _labels(data: Mapping[str, Any], what: str) -> dict[str, str]:
-    labels = data.get("labels") or {}
-    if not isinstance(labels, Mapping) or not all(isinstance(v, str) for v in labels.values()):
-        raise ResponseError(f"{what}.labels: expected an object of strings")
-    return dict(labels)
+def _state(value: object, _: type) -> InstanceState:
+    """A state this client does not know yet (a newer server) is ``UNKNOWN``, not an error."""
+    if not isinstance(value, str):
+        raise TypeError(f"expected a state string, got {value!r}")
+    try:
+        return InstanceState(value)
+    except ValueError:
+        return InstanceState.UNKNOWN
 
 
 @attrs.frozen
-class InstanceStatus:
+class InstanceStatus(Model):
     state: InstanceState
     api_url: str | None = None
     token: str | None = attrs.field(default=None, repr=False)
@@ -79,29 +81,26 @@ class InstanceStatus:
     error_message: str | None = None
     termination_reason: str | None = None
 
-    @classmethod
-    def from_json(cls, data: object) -> InstanceStatus:
-        d = _obj(data, "InstanceStatus")
-        state = _get(d, "state", str, "InstanceStatus")
-        try:
-            parsed = InstanceState(state)
-        except ValueError:
-            parsed = InstanceState.UNKNOWN
-        names = {
-            "api_url": "apiUrl",
-            "token": "token",
-            "signed_stream_url": "signedStreamUrl",
-            "adb_web_socket_url": "adbWebSocketUrl",
-            "endpoint_web_socket_url": "endpointWebSocketUrl",
-            "mcp_url": "mcpUrl",
-            "error_message": "errorMessage",
-            "termination_reason": "terminationReason",
-        }
-        return cls(parsed, **{a: _opt_str(d, k, "InstanceStatus") for a, k in names.items()})
+
+@attrs.frozen
+class _InstanceMetadata(Model):
+    id: str
+    organization_id: str
+    created_at: datetime
+    terminated_at: datetime | None
+    display_name: str | None
+    labels: dict[str, str]
 
 
 @attrs.frozen
-class Instance:
+class _InstanceJson(Model):
+    metadata: _InstanceMetadata
+    status: InstanceStatus
+    spec: dict[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class Instance(Model):
     """An instance of any platform (spec 2.1)."""
 
     id: str
@@ -113,7 +112,7 @@ class Instance:
     labels: dict[str, str]
     status: InstanceStatus
     spec: dict[str, Any]
-    raw: dict[str, Any] = attrs.field(eq=False, repr=False)
+    raw: dict[str, Any] = attrs.field(eq=False, repr=False, factory=dict)
 
     @property
     def region(self) -> str | None:
@@ -123,28 +122,27 @@ class Instance:
         parts = self.id.split("_")
         return parts[1] if len(parts) >= 3 else None
 
-    @classmethod
-    def from_json(cls, data: object) -> Instance:
-        d = _obj(data, "Instance")
-        meta = _obj(d.get("metadata"), "Instance.metadata")
-        instance_id = _get(meta, "id", str, "Instance.metadata")
-        try:
-            platform = Platform.of_instance_id(instance_id)
-        except ValueError as exc:
-            raise ResponseError(str(exc)) from None
-        spec = d.get("spec") or {}
-        return cls(
-            id=instance_id,
-            platform=platform,
-            organization_id=_get(meta, "organizationId", str, "Instance.metadata"),
-            created_at=_time(meta, "createdAt", "Instance.metadata"),
-            terminated_at=_optional_time(meta, "terminatedAt", "Instance.metadata"),
-            display_name=_opt_str(meta, "displayName", "Instance.metadata"),
-            labels=_labels(meta, "Instance.metadata"),
-            status=InstanceStatus.from_json(d.get("status")),
-            spec=dict(spec) if isinstance(spec, Mapping) else {},
-            raw=dict(d),
-        )
+
+def _instance(data: object, _: type) -> Instance:
+    """The API nests an instance's names under ``metadata``; the model is flat."""
+    parsed = structure(data, _InstanceJson)
+    meta = parsed.metadata
+    try:
+        platform = Platform.of_instance_id(meta.id)
+    except ValueError as exc:
+        raise ResponseError(str(exc)) from None
+    return Instance(
+        id=meta.id,
+        platform=platform,
+        organization_id=meta.organization_id,
+        created_at=meta.created_at,
+        terminated_at=meta.terminated_at,
+        display_name=meta.display_name,
+        labels=meta.labels,
+        status=parsed.status,
+        spec=parsed.spec,
+        raw=dict(data) if isinstance(data, dict) else {},
+    )
 
 
 @attrs.frozen
@@ -157,28 +155,24 @@ class Page(Generic[T]):
 
 
 @attrs.frozen
-class TunnelConnector:
+class InstancePage(Model):
+    """``GET /v1/{platform}_instances`` as everyone but the TS SDK gets it."""
+
+    items: list[Instance]
+    has_more: bool = False
+
+
+@attrs.frozen
+class TunnelConnector(Model):
     id: str
     hostname: str
     version: str
     os: str
     connected_since: datetime
 
-    @classmethod
-    def from_json(cls, data: object) -> TunnelConnector:
-        d = _obj(data, "TunnelConnector")
-        w = "TunnelConnector"
-        return cls(
-            id=_get(d, "id", str, w),
-            hostname=_get(d, "hostname", str, w),
-            version=_get(d, "version", str, w),
-            os=_get(d, "os", str, w),
-            connected_since=_time(d, "connectedSince", w),
-        )
-
 
 @attrs.frozen
-class Tunnel:
+class Tunnel(Model):
     """A tunnel and its connectors (docs/tunnels.md)."""
 
     id: str
@@ -191,85 +185,48 @@ class Tunnel:
     token_issued_at: datetime
     token_expires_at: datetime
     status: str
-    active_connector: TunnelConnector | None
-    standbys: list[TunnelConnector]
-    raw: dict[str, Any] = attrs.field(eq=False, repr=False)
-
-    @classmethod
-    def from_json(cls, data: object) -> Tunnel:
-        d = _obj(data, "Tunnel")
-        w = "Tunnel"
-        active = d.get("activeConnector")
-        return cls(
-            id=_get(d, "id", str, w),
-            name=_get(d, "name", str, w),
-            organization_id=_get(d, "organizationId", str, w),
-            selectors=[str(s) for s in _get(d, "selectors", list, w)],
-            selector_version=_get(d, "selectorVersion", int, w),
-            ephemeral=_get(d, "ephemeral", bool, w),
-            created_at=_time(d, "createdAt", w),
-            token_issued_at=_time(d, "tokenIssuedAt", w),
-            token_expires_at=_time(d, "tokenExpiresAt", w),
-            status=_get(d, "status", str, w),
-            active_connector=None if active is None else TunnelConnector.from_json(active),
-            standbys=[TunnelConnector.from_json(s) for s in d.get("standbys") or []],
-            raw=dict(d),
-        )
+    active_connector: TunnelConnector | None = None
+    standbys: list[TunnelConnector] = attrs.field(factory=list)
+    raw: dict[str, Any] = attrs.field(eq=False, repr=False, factory=dict)
 
 
 @attrs.frozen
-class CreatedTunnel:
-    """A created (or rotated) tunnel with its connector token, shown only once."""
+class CreatedTunnel(Model):
+    """A created (or rotated) tunnel with its connector token, shown only once (flat JSON)."""
 
     tunnel: Tunnel
     token: str = attrs.field(repr=False)
 
-    @classmethod
-    def from_json(cls, data: object) -> CreatedTunnel:
-        d = _obj(data, "TunnelWithToken")
-        return cls(Tunnel.from_json(d), _get(d, "token", str, "TunnelWithToken"))
+
+@attrs.frozen
+class _Token(Model):
+    token: str
+
+
+def _created_tunnel(data: object, _: type) -> CreatedTunnel:
+    return CreatedTunnel(structure(data, Tunnel), structure(data, _Token).token)
 
 
 @attrs.frozen
-class UsageBucket:
+class UsageBucket(Model):
     start: datetime
     instances: int
     billed_minutes: int
 
-    @classmethod
-    def from_json(cls, data: object) -> UsageBucket:
-        d = _obj(data, "UsageBucket")
-        return cls(
-            start=_time(d, "start", "UsageBucket"),
-            instances=_get(d, "instances", int, "UsageBucket"),
-            billed_minutes=_get(d, "billedMinutes", int, "UsageBucket"),
-        )
-
 
 @attrs.frozen
-class UsageTotals:
+class UsageTotals(Model):
     """``GET /v1/analytics``: totals of ended instances and per-bucket counts."""
 
     bucket: str
     instances: int
     billed_minutes: int
     buckets: list[UsageBucket]
-    raw: dict[str, Any] = attrs.field(eq=False, repr=False)
-
-    @classmethod
-    def from_json(cls, data: object) -> UsageTotals:
-        d = _obj(data, "UsageTotals")
-        return cls(
-            bucket=_get(d, "bucket", str, "UsageTotals"),
-            instances=_get(d, "instances", int, "UsageTotals"),
-            billed_minutes=_get(d, "billedMinutes", int, "UsageTotals"),
-            buckets=[UsageBucket.from_json(b) for b in _get(d, "buckets", list, "UsageTotals")],
-            raw=dict(d),
-        )
+    raw: dict[str, Any] = attrs.field(eq=False, repr=False, factory=dict)
 
 
 @attrs.frozen
-class InstanceUsage:
+class InstanceUsage(Model):
     """One ended instance of ``GET /v1/analytics/instances``."""
 
     instance_tid: str
@@ -282,18 +239,16 @@ class InstanceUsage:
     billed_minutes: int
     termination_reason: str | None
 
-    @classmethod
-    def from_json(cls, data: object) -> InstanceUsage:
-        d = _obj(data, "InstanceUsage")
-        w = "InstanceUsage"
-        return cls(
-            instance_tid=_get(d, "instanceTid", str, w),
-            platform=_get(d, "platform", str, w),
-            region=_get(d, "region", str, w),
-            labels=_labels(d, w),
-            started_at=_time(d, "startedAt", w),
-            ready_at=_optional_time(d, "readyAt", w),
-            stopped_at=_time(d, "stoppedAt", w),
-            billed_minutes=_get(d, "billedMinutes", int, w),
-            termination_reason=_opt_str(d, "terminationReason", w),
-        )
+
+@attrs.frozen
+class InstanceUsagePage(Model):
+    items: list[InstanceUsage]
+    has_more: bool = False
+
+
+#: the shapes the converter cannot derive from a class (``_convert.converter``)
+STRUCTURE_HOOKS: Final[tuple[tuple[type, Callable[[object, type], Any]], ...]] = (
+    (InstanceState, _state),
+    (Instance, _instance),
+    (CreatedTunnel, _created_tunnel),
+)

@@ -120,6 +120,7 @@ IMPORT_NAMES: Mapping[str, str] = {
     "trio": "trio",
     "trio-websocket": "trio_websocket",
     "attrs": "attrs",
+    "cattrs": "cattrs",
     "h11": "h11",
     "quart-trio": "quart_trio",
     "quart": "quart",
