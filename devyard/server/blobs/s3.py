@@ -68,7 +68,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-RANGE_BYTES: Final = 4 * 1024 * 1024  # one GetObject of a download
+RANGE_BYTES: Final = 8 * 1024 * 1024  # one GetObject of a download (AWS advises 8-16 MB)
 READ_CHUNK: Final = 1024 * 1024  # what read() yields at a time
 MIN_PART: Final = 5 * 1024 * 1024  # S3's smallest part but the last
 _KEY_RE: Final = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,199}")

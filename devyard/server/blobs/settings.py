@@ -19,6 +19,9 @@ Parsed by `devyard.server.config` (``blobs.`` prefixed; environment ``DEVYARD_BL
     presign_direct = false       # true: download URLs are the endpoint's own presigned URLs
     postgres_url = "postgresql://..."  # backend = "postgres": default the server's database_url
     postgres_max_connections = 4
+    signing_key_file = "/etc/devyard/asset-signing-key"  # the signed URLs' key; replicas that
+                                 # do not share a data dir share this file (default:
+                                 # DATA_DIR/asset-signing-key), or a URL one signs fails on another
 
 Credentials come from this table, its file, or the ``DEVYARD_BLOBS_*`` variables that the CLI
 passes to `load_server_config`; nothing here reads the environment (boto3 is given them
@@ -40,7 +43,9 @@ from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
 import attrs
+import trio
 
+from ..keyfile import load_or_create_key
 from .base import BlobStore
 from .local import LocalBlobStore
 from .service import AssetBlobs
@@ -60,7 +65,7 @@ __all__ = [
 ]
 
 ASSETS_NAMESPACE: Final = "blobs"  # the local layout's directory name, kept for every backend
-MIB: Final = 1024 * 1024
+SIGNING_KEY_BYTES: Final = 32  # as signing.load_signing_key makes it
 
 
 class BlobBackend(enum.StrEnum):
@@ -94,6 +99,7 @@ class BlobSettings:
     presign_direct: bool = False
     postgres_url: str | None = attrs.field(default=None, repr=_redacted)
     postgres_max_connections: int = 4
+    signing_key_file: Path | None = None
 
 
 def _text(value: object) -> str:
@@ -190,6 +196,7 @@ PARSERS: Final[Mapping[str, Callable[[object], Any]]] = {
     "presign_direct": _bool,
     "postgres_url": _postgres_url,
     "postgres_max_connections": _int_between(1, 64),
+    "signing_key_file": lambda v: Path(_text(v)).expanduser().absolute(),
 }
 
 
@@ -291,6 +298,12 @@ async def open_blob_store(
         yield LocalBlobStore((settings.directory or data_dir) / ASSETS_NAMESPACE)
 
 
+def _signing_key(settings: BlobSettings, data_dir: Path) -> bytes:
+    if settings.signing_key_file is None:
+        return load_signing_key(data_dir)
+    return load_or_create_key(settings.signing_key_file, SIGNING_KEY_BYTES)
+
+
 @asynccontextmanager
 async def open_asset_blobs(
     store: Store,
@@ -310,7 +323,7 @@ async def open_asset_blobs(
         yield AssetBlobs(
             store,
             blobs,
-            UrlSigner(load_signing_key(data_dir)),
+            UrlSigner(await trio.to_thread.run_sync(_signing_key, settings, data_dir)),
             orphan_grace=orphan_grace,
             sweep_interval=sweep_interval,
             presign=presign,

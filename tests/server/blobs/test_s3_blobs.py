@@ -193,3 +193,26 @@ async def test_a_multipart_blob_reads_back_in_ranges(s3_store: S3BlobStore) -> N
     assert await store.size("multi") == len(data)
     async with aclosing(store.read("multi")) as chunks:
         assert b"".join([c async for c in chunks]) == data
+
+
+async def test_replicas_with_their_own_data_dirs_share_the_signing_key_file(
+    s3_server: S3Server, tmp_path: Path
+) -> None:
+    """A URL one replica signs works on another: both read blobs.signing_key_file."""
+    settings = attrs.evolve(s3_server.settings(), signing_key_file=tmp_path / "shared" / "key")
+    async with open_store(str(tmp_path / "db.sqlite3")) as store:
+        signed = []
+        for replica in ("a", "b"):
+            async with open_asset_blobs(
+                store,
+                settings,
+                data_dir=tmp_path / replica,
+                database_url=None,
+                orphan_grace=3600,
+                sweep_interval=60,
+            ) as assets:
+                url = assets.signed_url("http://lb", Operation.UPLOAD, "asset_1")
+                signed.append(url)
+                query = dict(p.split("=", 1) for p in signed[0].split("?", 1)[1].split("&"))
+                assets.verify(Operation.UPLOAD, "asset_1", query)  # a's URL, checked by both
+        assert not (tmp_path / "a" / "asset-signing-key").exists()
