@@ -18,7 +18,7 @@ import trio
 from devyard.server.blobs import BlobStoreUnavailable, Operation
 from devyard.server.blobs.s3 import MIN_PART, S3BlobStore, open_s3_store
 from devyard.server.blobs.settings import BlobBackend, open_asset_blobs
-from devyard.server.config import ConfigError, load_server_config
+from devyard.server.config import ConfigError, ServerConfig, load_server_config
 from devyard.server.store import open_store
 from tests.ports import free_port
 
@@ -45,7 +45,7 @@ async def _chunks(*parts: bytes) -> AsyncGenerator[bytes, None]:
         yield part
 
 
-def _config(tmp_path: Path, text: str, **env: str) -> object:
+def _config(tmp_path: Path, text: str, **env: str) -> ServerConfig:
     path = tmp_path / "devyard.toml"
     path.write_text(text)
     return load_server_config(flags={"data_dir": str(tmp_path / "data")}, env=env, file=path)
@@ -89,7 +89,7 @@ def test_credentials_come_from_a_file_or_the_environment_and_are_never_shown(
         f'[blobs]\nbackend = "s3"\ns3_bucket = "b-1"\ns3_prefix = "prod"\n'
         f's3_credentials_file = "{secrets}"\ns3_profile = "ops"\n',
     )
-    blobs = config.blobs  # type: ignore[attr-defined]
+    blobs = config.blobs
     assert (blobs.backend, blobs.s3_prefix) == (BlobBackend.S3, "prod/")
     assert (blobs.s3_access_key_id, blobs.s3_secret_access_key) == ("AKID", "from-file")
     assert "from-file" not in repr(config)
@@ -99,7 +99,7 @@ def test_credentials_come_from_a_file_or_the_environment_and_are_never_shown(
         DEVYARD_BLOBS_S3_ACCESS_KEY_ID="AKENV",
         DEVYARD_BLOBS_S3_SECRET_ACCESS_KEY="from-env",
     )
-    assert config.blobs.s3_secret_access_key == "from-env"  # type: ignore[attr-defined]
+    assert config.blobs.s3_secret_access_key == "from-env"
     assert "from-env" not in repr(config)
     with pytest.raises(ConfigError, match=r"has no \[default\] section"):
         _config(
