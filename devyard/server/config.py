@@ -49,6 +49,9 @@ Keys (file key / environment variable):
     default_plan        the plan of an organization without a subscription (first plan)
     provider, stripe_*, return_url, unpaid_policy, provider_*: the payment provider
                         (devyard/server/billing/settings.py), DEVYARD_BILLING_<KEY>
+    [blobs]             DEVYARD_BLOBS_<KEY>         where asset bytes and build logs live: backend
+                                                    local | s3 | postgres (keys:
+                                                    devyard/server/blobs/settings.py, docs/blobs.md)
     [rate_limit]
     enabled             DEVYARD_RATE_LIMIT_ENABLED  per-API-key token bucket on or off
     rate                DEVYARD_RATE_LIMIT_RATE     tokens per second
@@ -87,6 +90,8 @@ from .accounts.settings import AccountsConfig
 from .billing import settings as billing_settings
 from .billing.plans import DEFAULT_CATALOG, Catalog, CatalogError, parse_catalog
 from .billing.settings import ProviderConfig
+from .blobs import settings as blob_settings
+from .blobs.settings import BlobSettings
 
 __all__ = [
     "ENV_CONFIG_FILE",
@@ -181,6 +186,7 @@ class ServerConfig:
     # the asset sweep (blobs/service.py): how often, and how long what no row names is kept
     blob_sweep_interval: float = attrs.field(default=60.0, validator=attrs.validators.gt(0))
     blob_orphan_grace: float = attrs.field(default=3600.0, validator=attrs.validators.ge(0))
+    blobs: BlobSettings = attrs.field(factory=BlobSettings)  # [blobs]: blobs/settings.py
 
     @property
     def tls_enabled(self) -> bool:
@@ -425,6 +431,7 @@ _PARSERS: Final[dict[str, Callable[[object], Any]]] = {
     "rate_limit.rate": _positive_float,
     "rate_limit.burst": _positive_int,
     **{f"accounts.{key}": parse for key, parse in accounts_settings.PARSERS.items()},
+    **{f"blobs.{key}": parse for key, parse in blob_settings.PARSERS.items()},
 }
 
 
@@ -523,6 +530,7 @@ def load_server_config(
         )
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
+    top["blobs"] = _blobs(values, top.get("database_url"))
     if ("link_tls_cert" in top) != ("link_tls_key" in top):
         raise ConfigError("link_tls_cert and link_tls_key go together (set both or neither)")
     if "link_tls_cert" in top and "link_listen" not in top:
@@ -539,6 +547,16 @@ def load_server_config(
             "when a TLS-terminating proxy is in front (docs/tls.md)"
         )
     return config
+
+
+def _blobs(values: Mapping[str, object], database_url: str | None) -> BlobSettings:
+    try:
+        return blob_settings.build(
+            {k.split(".", 1)[1]: v for k, v in values.items() if k.startswith("blobs.")},
+            database_url=database_url,
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _is_loopback(host: str) -> bool:

@@ -28,8 +28,8 @@ import trio
 from .._process import EXIT_INTERRUPTED, Stopped, run_until_signalled
 from ..core.link import CONNECTOR_PATH, HOST_PATH
 from ..core.transports import is_loopback_host
-from .blobs import LocalBlobStore
 from .blobs.service import AssetBlobs
+from .blobs.settings import open_asset_blobs, sibling_store
 from .bootstrap import FirstStart, bootstrap_organization, first_start
 from .builds import BUILD_LOGS_DIR, BuildLogs
 from .config import ServerConfig
@@ -172,6 +172,14 @@ async def _serve(
     # Hosts the store has live instances on: each gets the host-lost grace until it links.
     expected = {i.host_id for i in await store.list_live_instances() if i.host_id is not None}
     async with (
+        open_asset_blobs(  # the [blobs] backend (docs/blobs.md)
+            store,
+            config.blobs,
+            data_dir=config.data_dir,
+            database_url=config.database_url,
+            orphan_grace=config.blob_orphan_grace,
+            sweep_interval=config.blob_sweep_interval,
+        ) as assets,
         open_connector_hub(
             StoreTunnelDirectory(store),
             quick_grace=quick_grace,
@@ -218,6 +226,7 @@ async def _serve(
             tunnels=tunnel_service,
             hosts=edge,
             connectors=connectors,
+            assets=assets,
         )
         edge.build_logs = _build_logs(store, config, state.assets)  # docs/builds.md
         if edge.build_logs is not None:  # organizations' deleted build logs leave the disk
@@ -265,7 +274,7 @@ def _build_logs(store: Store, config: ServerConfig, assets: AssetBlobs) -> Build
     """What keeps the build logs hosts report (None: a store without the build-log table)."""
     if not isinstance(store, SqlBuildLogs):
         return None
-    logs = LocalBlobStore(config.data_dir / BUILD_LOGS_DIR)
+    logs = sibling_store(assets.blobs, BUILD_LOGS_DIR)  # beside the assets, on any backend
     return BuildLogs(store, store, logs, assets.signer, assets=assets)
 
 

@@ -138,6 +138,8 @@ IMPORT_NAMES: Mapping[str, str] = {
     "mcp-types": "mcp_types",
     "opentelemetry-api": "opentelemetry",
     "opentelemetry-sdk": "opentelemetry",
+    "boto3": "boto3",
+    "botocore": "botocore",
 }
 
 #: Where each install's code lives ("" is `pip install devyard`, the connector).
@@ -183,7 +185,7 @@ def _import_name(requirement: str) -> str:
 
 #: Extras of features an operator turns on, imported only then (inside the function that
 #: enables them): `otel` (docs/operations.md, "Tracing").
-OPTIONAL_EXTRAS: tuple[str, ...] = ("otel",)
+OPTIONAL_EXTRAS: tuple[str, ...] = ("otel", "s3")  # s3: [blobs] backend = "s3"
 
 
 def _optional() -> set[str]:

@@ -104,6 +104,7 @@ class AssetBlobs:
         orphan_grace: float = ORPHAN_GRACE,
         sweep_interval: float = SWEEP_INTERVAL,
         wall_clock: Callable[[], float] = time.time,
+        presign: Callable[[str, int], str] | None = None,
     ) -> None:
         self.store = store
         self.blobs = blobs
@@ -113,13 +114,21 @@ class AssetBlobs:
         self.orphan_grace = orphan_grace
         self.sweep_interval = sweep_interval
         self.wall_clock = wall_clock
+        # docs/blobs.md presign_direct: the blob store's own URL of a key's bytes, for *ttl* s
+        self.presign = presign
         self._sweeper: trio.CancelScope | None = None
 
     def __repr__(self) -> str:
         return f"AssetBlobs({self.blobs!r})"
 
     # -- signed URLs ------------------------------------------------------------------------
-    def signed_url(self, base_url: str, op: Operation, asset_id: str) -> str:
+    def signed_url(
+        self, base_url: str, op: Operation, asset_id: str, *, blob_key: str | None = None
+    ) -> str:
+        """Our signed URL of the asset; with `presign` and the asset's current *blob_key*,
+        a download is the blob store's own presigned URL of those bytes instead."""
+        if op is Operation.DOWNLOAD and blob_key is not None and self.presign is not None:
+            return self.presign(blob_key, self.url_ttl)
         expires = int(self.wall_clock()) + self.url_ttl
         return self.signer.url(base_url, op, asset_id, expires)
 
@@ -250,7 +259,7 @@ class AssetBlobs:
                     InitialAssetProblem.WRONG_PLATFORM,
                     f"spec.initialAssets: asset {asset.name!r} is for {asset.os}, not {platform}",
                 )
-            url = self.signed_url(base_url, Operation.DOWNLOAD, asset.id)
+            url = self.signed_url(base_url, Operation.DOWNLOAD, asset.id, blob_key=asset.blob_key)
             files.append({"name": asset.name, "url": url, "md5": asset.md5})
         return files
 

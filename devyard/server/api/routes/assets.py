@@ -58,7 +58,9 @@ def asset_view(
     if upload_url:
         view["signedUploadUrl"] = blobs.signed_url(base_url(), Operation.UPLOAD, asset.id)
     if download_url:
-        view["signedDownloadUrl"] = blobs.signed_url(base_url(), Operation.DOWNLOAD, asset.id)
+        view["signedDownloadUrl"] = blobs.signed_url(
+            base_url(), Operation.DOWNLOAD, asset.id, blob_key=asset.blob_key
+        )
     return view
 
 

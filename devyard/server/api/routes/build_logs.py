@@ -10,8 +10,8 @@ from typing import Any
 
 from quart import Blueprint, Response, jsonify, request
 
-from ...blobs import LocalBlobStore
 from ...blobs.base import BlobNotFound
+from ...blobs.settings import sibling_store
 from ...blobs.signing import BadSignature, ExpiredSignature
 from ...builds import BUILD_LOGS_DIR, BuildLogs
 from ...store import errors as store_errors
@@ -35,7 +35,7 @@ def _service() -> BuildLogs:
     api = state()
     if not isinstance(api.store, SqlBuildLogs):
         raise _NoBuildLogs("this server's store keeps no build logs")
-    blobs = LocalBlobStore(api.config.data_dir / BUILD_LOGS_DIR)
+    blobs = sibling_store(api.assets.blobs, BUILD_LOGS_DIR)  # the configured backend
     return BuildLogs(
         api.store, api.store, blobs, api.assets.signer, wall_clock=api.assets.wall_clock
     )
