@@ -157,12 +157,14 @@ def sandbox_argv(
     network: bool = False,
     env: Mapping[str, str] = {},
     info_fd: int | None = None,
+    ro_binds: Sequence[tuple[Path, str]] = (),
 ) -> list[str]:
     """The argv running *command* in the sandbox, in *cwd* (a path inside it), with exactly
     *env* as its environment. *info_fd*: where bubblewrap writes ``{"child-pid": N}``, the
     host PID of the namespace's init (killing it kills the sandbox). In direct mode *cwd* and
     *env* name ``/workspace`` and are rewritten to the real workspace, and *info_fd* is
-    unused. *network* is the exec's ask for the network: builds only reach the allowlist."""
+    unused. *network* is the exec's ask for the network: builds only reach the allowlist.
+    *ro_binds*: more host directories, read-only, at the sandbox paths given (warm.py)."""
     del network  # no build reaches the network except through the allowlist proxy
     keeper = _keeper(config, workspace)
     if config.bwrap is None:
@@ -192,6 +194,9 @@ def sandbox_argv(
         argv += ["--size", str(config.limits.tmp_bytes)]
     argv += ["--tmpfs", "/tmp"]  # noqa: S108 - the sandbox's own tmpfs
     argv += ["--bind", str(workspace), WORKSPACE, "--bind", str(gradle_home), GRADLE_HOME]
+    for source, target in ro_binds:  # its parent searchable by the build user
+        argv += ["--perms", "0755", "--dir", os.path.dirname(target)]
+        argv += ["--ro-bind", str(source), target]
     relay: list[str] = []
     if config.proxy is not None:
         # the proxy's directory: its socket and a world-readable copy of the keeper
