@@ -1,8 +1,9 @@
-"""Warm Gradle daemons: an instance's Gradle execs join its warm sandbox, so the second
-``gradle build`` reuses the daemon the first started (Debian's real Gradle and JDK); the
-daemon is the instance's alone and dies with it; the warm sandbox is bounded as a whole by
-the instance's memory limit (an idle process past it takes the sandbox down, the next exec
-starts a fresh one). A `BuildHost` in this process, real bubblewrap."""
+"""The warm sandbox under Gradle's daemons: what one exec leaves detached (as a daemon is)
+serves the next exec of the same instance and is invisible to every other instance's, dies
+with the instance, and is bounded by the instance's memory limit (an idle process past it
+takes the sandbox down; the next exec starts a fresh one). A `BuildHost` in this process,
+real bubblewrap. The real Gradle daemon's reuse is in test_gradle_build (one real Gradle
+run for the suite)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ import pytest
 import trio
 
 from devyard.hostd.builds import BuildHost, SandboxLimits
-from devyard.hostd.builds.execs import Exec
 from devyard.hostd.drivers.base import DeviceSpec, Platform
 from devyard.hostd.drivers.gradle import GradleConfig
 from tests.polling import eventually
@@ -26,38 +26,6 @@ pytestmark = pytest.mark.skipif(
     any(shutil.which(t) is None for t in ("bwrap", "gradle", "java")),
     reason="scripts/deps installs bubblewrap, gradle and the JDK",
 )
-
-
-def _descendants(root: int) -> dict[int, str]:
-    """PID -> command line of *root*'s descendants (host /proc)."""
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat", "rb") as handle:
-                    parents[int(entry)] = int(handle.read().rsplit(b")", 1)[1].split()[1])
-            except (OSError, IndexError):
-                continue
-    found, todo = {}, [root]
-    while todo:
-        pid = todo.pop()
-        for child, parent in parents.items():
-            if parent == pid:
-                try:
-                    with open(f"/proc/{child}/cmdline", "rb") as handle:
-                        found[child] = handle.read().replace(b"\0", b" ").decode()
-                except OSError:
-                    continue
-                todo.append(child)
-    return found
-
-
-def _daemons(host: BuildHost) -> set[int]:
-    assert host.warm is not None
-    keeper = host.warm.keeper_pid
-    if keeper is None:
-        return set()
-    return {pid for pid, line in _descendants(keeper).items() if "GradleDaemon" in line}
 
 
 @asynccontextmanager
@@ -73,46 +41,6 @@ async def _host(tmp_path: Path, name: str, org: str, **limits: int) -> AsyncIter
             host.close()
 
 
-def _project(root: Path) -> None:
-    (root / "settings.gradle").write_text("rootProject.name = 'warm'\n")
-    (root / "build.gradle").write_text("apply plugin: 'java'\n")
-    source = root / "src/main/java/demo"
-    source.mkdir(parents=True)
-    (source / "Hello.java").write_text("package demo; public class Hello {}\n")
-
-
-async def _exec(host: BuildHost, body: dict[str, object]) -> tuple[Exec, str]:
-    run = host.start(body)
-    with trio.fail_after(240):
-        await run.done.wait()
-    return run, "\n".join(e.data for e in run.events if e.type in ("stdout", "stderr"))
-
-
-async def test_the_second_build_reuses_the_instances_daemon_which_dies_with_it(
-    tmp_path: Path,
-) -> None:
-    async with _host(tmp_path, "inst-a", "org-1") as host:
-        _project(host.workspace.root)
-        build: dict[str, object] = {"command": "gradlebuild", "tasks": ["jar"]}
-        first, out = await _exec(host, build)
-        assert first.exit_code == 0, out
-        assert "Starting a Gradle Daemon" in out, out
-        assert first.events[0].data.startswith("gradle --daemon "), first.events[0]
-        daemons = _daemons(host)
-        assert len(daemons) == 1, daemons  # it outlived the exec, in the instance's sandbox
-        second, out = await _exec(host, build)
-        assert second.exit_code == 0, out
-        assert "Starting a Gradle Daemon" not in out, out
-        assert _daemons(host) == daemons  # the same JVM served the second build
-        assert host.warm is not None and host.warm.starts == 1
-        # its registry is in the sandbox's own /tmp, not the organization's Gradle home
-        assert not (host.config.gradle_home / "daemon").exists()
-        host.close()
-
-    # the instance is gone, and its daemon with it
-    await eventually(lambda: not any(os.path.exists(f"/proc/{pid}") for pid in daemons))
-
-
 async def _sh(host: BuildHost, nursery: trio.Nursery, line: str) -> tuple[int, str]:
     assert host.warm is not None
     env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp"}
@@ -123,6 +51,60 @@ async def _sh(host: BuildHost, nursery: trio.Nursery, line: str) -> tuple[int, s
     await process.stdout.aclose()
     await process.stderr.aclose()
     return code, bytes(out).decode()
+
+
+_DETACH = textwrap.dedent(
+    """\
+    python3 - devyard-left-marker <<'EOF'
+    import os, time
+    r, w = os.pipe()
+    if os.fork():
+        os.read(r, 1)
+        print(open("/tmp/left.pid").read())
+        raise SystemExit
+    os.setsid()  # out of the exec's group, as a Gradle daemon goes
+    open("/tmp/left.pid", "w").write(str(os.getpid()))
+    for fd in (0, 1, 2):
+        os.close(fd)
+    os.write(w, b"x")
+    time.sleep(600)
+    EOF
+    """
+)
+
+
+#: How many processes of the sandbox carry the detached one's marker (never this one).
+_COUNT = (
+    "python3 -c \"import os; m = b'devyard-left' + b'-marker'; "
+    "print(sum(m in open(f'/proc/{p}/cmdline', 'rb').read() "
+    "for p in os.listdir('/proc') if p.isdigit()))\""
+)
+
+
+async def test_a_detached_process_serves_the_instances_next_exec_and_no_other(
+    tmp_path: Path,
+) -> None:
+    async with (
+        _host(tmp_path, "inst-a", "org-1") as first,
+        _host(tmp_path, "inst-b", "org-1") as second,
+        trio.open_nursery() as nursery,
+    ):
+        code, out = await _sh(first, nursery, _DETACH)
+        assert code == 0 and out.strip().isdigit(), out
+        pid = out.strip()
+        # the next exec of the instance sees it (same sandbox, same /tmp, same PID namespace)
+        code, out = await _sh(first, nursery, f"kill -0 {pid} && cat /tmp/left.pid")
+        assert (code, out) == (0, pid), out
+        # another instance of the same organization sees neither the process nor its /tmp
+        assert await _sh(first, nursery, _COUNT) == (0, "1\n")
+        assert await _sh(second, nursery, f"test ! -e /tmp/left.pid && {_COUNT}") == (0, "0\n")
+        assert first.warm is not None and second.warm is not None
+        keeper = first.warm.keeper_pid
+        assert keeper is not None and first.warm.starts == 1
+        first.close()
+        # the instance's end takes the sandbox and what was left in it
+        await eventually(lambda: not os.path.exists(f"/proc/{keeper}"))
+        second.close()
 
 
 async def test_an_idle_process_past_the_memory_limit_ends_the_warm_sandbox(

@@ -9,7 +9,6 @@ trees are killed) before the driver removes the instance's directory.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import logging
@@ -142,7 +141,7 @@ class BuildHost:
         try:
             return await self.workspace.sync(chunks, encoding)
         finally:
-            await trio.to_thread.run_sync(self.pin)
+            await trio.to_thread.run_sync(self._pin_quietly)
 
     async def missing(self, body: dict[str, Any]) -> dict[str, Any]:
         """``POST /sync/missing``: which blobs a commit of the manifest would lack, and the
@@ -155,7 +154,7 @@ class BuildHost:
         self._manifests.move_to_end(manifest_id)
         while len(self._manifests) > _KEPT_MANIFESTS:
             self._manifests.popitem(last=False)
-        await trio.to_thread.run_sync(self.pin)
+        await trio.to_thread.run_sync(self._pin_quietly)
         return {"missing": lacking, "complete": complete, "manifestId": manifest_id}
 
     async def commit(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -176,7 +175,7 @@ class BuildHost:
         try:
             return await self.workspace.commit_tree(files, self.blobs)
         finally:
-            await trio.to_thread.run_sync(self.pin)
+            await trio.to_thread.run_sync(self._pin_quietly)
 
     # ---- cleanup --------------------------------------------------------------------------
 
@@ -191,6 +190,12 @@ class BuildHost:
         for run in self._execs.values():
             shas.update(str(a.get("sha256")) for a in run.artifacts)
         self.blobs.pin(self.directory, shas)
+
+    def _pin_quietly(self) -> None:
+        try:
+            self.pin()
+        except OSError as exc:  # bookkeeping: the sync or exec itself went well
+            log.warning("could not pin the blobs of %s: %r", self.directory, exc)
 
     def sweep(self) -> tuple[int, int]:
         """Remove the organization's unreferenced blobs past their grace and its build cache's
@@ -327,8 +332,7 @@ class BuildHost:
             if len(self._expired) < _MAX_EXPIRED:
                 self._expired.add(old.id)
             shutil.rmtree(old.directory, ignore_errors=True)
-        with contextlib.suppress(OSError):
-            self.pin()  # its artifacts, and no more those of expired execs
+        self._pin_quietly()  # its artifacts, and no more those of expired execs
         if self._on_end is not None:
             self._on_end(run)
         if self.reporter is not None:
