@@ -1,20 +1,27 @@
 """A real Gradle build on a Gradle instance: `devyard up`, a host with the ``gradle`` driver,
 Debian's Gradle and JDK in the bubblewrap sandbox. The one real Gradle run of the suite (it is
-slow on two cores); the protocol tests use ``run``.
+slow on two cores); the protocol tests use ``run``. Also through this stack: the second build
+reuses the instance's warm Gradle daemon, which dies with the instance; the organization's
+build cache at the documented URL (``{apiUrl}/cache/``, HTTP Basic as Gradle sends it) is
+not readable from another organization's instance; the instance's blob pins go with it.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import httpx
 import pytest
 import trio
 
+from tests.e2e._cli import clean_env, run
 from tests.polling import eventually
 
 from ._stack import (
+    REGION,
+    Stack,
     exec_id_of,
     gradle_stack,
     instance_client,
@@ -72,6 +79,7 @@ async def test_sync_build_stream_and_collect_the_jar(tmp_path: Path) -> None:
             out = "\n".join(e.data for e in events if e.type in ("stdout", "stderr"))
             assert events[-1].data == "0", out
             assert "BUILD SUCCESSFUL" in out
+            assert "Starting a Gradle Daemon" in out, "the instance's first build starts it"
             tasks = [json.loads(e.data)["task"] for e in events if e.type == "progress"]
             assert ":app:compileJava" in tasks and ":lib:jar" in tasks, tasks
             artifacts = [json.loads(e.data) for e in events if e.type == "artifact"]
@@ -102,6 +110,10 @@ async def test_sync_build_stream_and_collect_the_jar(tmp_path: Path) -> None:
             with trio.fail_after(240):
                 _, events, _ = await read_events(api, clean)
             assert events[-1].data == "0", [e.data for e in events]
+            out = "\n".join(e.data for e in events if e.type in ("stdout", "stderr"))
+            assert "Starting a Gradle Daemon" not in out, "the warm daemon builds again"
+            daemons = _descendants(stack.hostd.process.pid, "GradleDaemon")
+            assert len(daemons) == 1, daemons
             outcomes = {
                 json.loads(e.data)["task"]: json.loads(e.data)["outcome"]
                 for e in events
@@ -109,6 +121,17 @@ async def test_sync_build_stream_and_collect_the_jar(tmp_path: Path) -> None:
             }
             assert outcomes[":lib:compileJava"] == "FROM-CACHE", outcomes
             assert outcomes[":app:compileJava"] == "FROM-CACHE", outcomes
+
+            # the documented cache URL, as Gradle's HttpBuildCache calls it (Basic)
+            key, entry_bytes = "0123456789abcdef" * 2, b"an entry of the organization"
+            basic = httpx.BasicAuth("devyard", instance["status"]["token"])
+            cache_url = instance["status"]["apiUrl"] + f"/cache/{key}"
+            async with httpx.AsyncClient(timeout=30) as gradle_client:
+                put = await gradle_client.put(cache_url, content=entry_bytes, auth=basic)
+                assert put.status_code == 200, put.text
+                got = await gradle_client.get(cache_url, auth=basic)
+                assert got.content == entry_bytes
+            await _other_organization_misses(stack, tmp_path, key)
 
         logs_path = f"/v1/gradle_instances/{instance_id}/build_logs"
         with trio.fail_after(30):  # the host reports each exec when it ends
@@ -146,9 +169,14 @@ async def test_sync_build_stream_and_collect_the_jar(tmp_path: Path) -> None:
         apps = (await http.get(f"{status['apiUrl']}/apps", headers=device)).json()["items"]
         assert "demo.app" in [a["id"] for a in apps], apps
 
+        [pins] = (stack.host_data / "build-blobs").glob("*/pins")
+        assert len(list(pins.iterdir())) == 1, "the instance pins the blobs of its tree"
         assert (await http.delete(f"/v1/gradle_instances/{instance_id}")).status_code == 200
         sandbox = stack.host_data / "instances" / instance_id
         await eventually(lambda: not sandbox.exists(), 30)
+        assert not list(pins.iterdir()), "a deleted instance pins nothing"
+        # its warm daemon is gone with it
+        await eventually(lambda: not any(os.path.exists(f"/proc/{p}") for p in daemons), 10)
 
         # the build logs outlive the instance
         logs = (await http.get(logs_path)).json()
@@ -173,4 +201,53 @@ async def test_sync_build_stream_and_collect_the_jar(tmp_path: Path) -> None:
             await http.get("/v1/xcode_instances/" + instance_id + "/build_logs")
         ).status_code == 404
         homes = list((stack.host_data / "gradle-homes").iterdir())
-        assert len(homes) == 1, "one Gradle user home per organization, kept after the instance"
+        # one Gradle user home per organization (this one's and beta's), kept after the instances
+        assert len(homes) == 2, homes
+
+
+def _descendants(root: int, marker: str) -> set[int]:
+    """The PIDs of *root*'s descendants whose command line holds *marker* (host /proc)."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as handle:
+                    parents[int(entry)] = int(handle.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, IndexError):
+                continue
+    found, todo = set(), [root]
+    while todo:
+        pid = todo.pop()
+        for child in [c for c, parent in parents.items() if parent == pid]:
+            todo.append(child)
+            try:
+                with open(f"/proc/{child}/cmdline", "rb") as handle:
+                    if marker.encode() in handle.read():
+                        found.add(child)
+            except OSError:
+                continue
+    return found
+
+
+async def _other_organization_misses(stack: Stack, tmp_path: Path, key: str) -> None:
+    """An instance of another organization on the same host: the entry is not its."""
+    made = await run(
+        ["admin", "bootstrap", "--data-dir", str(stack.data), "--org", "beta"],
+        clean_env(),
+        tmp_path,
+    )
+    assert made.returncode == 0, made.stderr
+    beta_key = made.stdout.decode().splitlines()[-1]
+    headers = {"Authorization": f"Bearer {beta_key}"}
+    async with httpx.AsyncClient(base_url=stack.url, headers=headers, timeout=120) as beta:
+        created = await beta.post(
+            "/v1/gradle_instances", params={"wait": "true"}, json={"spec": {"region": REGION}}
+        )
+        assert created.status_code == 200, created.text
+        other = created.json()
+        basic = httpx.BasicAuth("devyard", other["status"]["token"])
+        async with httpx.AsyncClient(timeout=30) as gradle_client:
+            miss = await gradle_client.get(other["status"]["apiUrl"] + f"/cache/{key}", auth=basic)
+        assert miss.status_code == 404, miss.text
+        deleted = await beta.delete(f"/v1/gradle_instances/{other['metadata']['id']}")
+        assert deleted.status_code == 200

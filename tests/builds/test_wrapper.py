@@ -56,7 +56,7 @@ async def test_the_wrapper_runs_only_with_a_cached_distribution(tmp_path: Path) 
         (marker / "gradle-8.5-bin.zip.ok").touch()
         wrapped = await build()
         assert wrapped[0].startswith("./gradlew "), wrapped
-        assert wrapped[1].startswith("wrapper ran --no-daemon") and "assemble" in wrapped[1]
+        assert wrapped[1].startswith("wrapper ran --daemon") and "assemble" in wrapped[1]
         assert wrapped[2] == "sdk=/usr/lib/android-sdk"
         assert (await build(useWrapper=False))[0].startswith("gradle ")
         own_sdk = await build(env={"ANDROID_SDK_ROOT": "/opt/sdk"})

@@ -13,6 +13,15 @@ the organization's Gradle user home's local build cache directory (``caches/buil
 one file per key): the directory the instance's own builds use with ``--build-cache`` (they
 have no network, so they use the directory, not the URL), so an entry a customer's CI puts
 is a hit for the instance's next build, and the reverse.
+
+Cleanup (docs/builds.md, "Cleanup"). Each live instance *pins* the blobs it still refers to
+(`BlobStore.pin`: the manifests of its recent ``/sync/missing``, the tree it holds, the
+artifacts of its kept execs) in ``<root>/pins/<owner>``; `BlobStore.sweep` removes every blob
+no live pin names and nobody used for a grace (a use touches the blob's mtime), and the pins
+of instances whose directory is gone. `BuildCache` is bounded: past `BuildCache.max_bytes`
+a ``PUT`` evicts the least recently used entries (Gradle itself touches an entry's mtime when
+a build loads it, and so does ``GET``), and `BuildCache.sweep` drops entries unused for
+`BuildCache.max_idle_s`.
 """
 
 from __future__ import annotations
@@ -25,7 +34,8 @@ import secrets
 import shutil
 import stat
 import tempfile
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from typing import Any, Final
 
@@ -38,6 +48,9 @@ __all__ = ["BlobStore", "BuildCache", "check_key", "check_sha"]
 
 MAX_BLOB: Final = 2 * 1024**3
 MAX_CACHE_ENTRY: Final = 512 * 1024**2
+MAX_CACHE_BYTES: Final = 10 * 1024**3
+CACHE_MAX_IDLE_S: Final = 7 * 24 * 3600.0
+_PINS: Final = "pins"
 _SHA: Final = re.compile(r"[0-9a-f]{64}")
 #: Gradle's cache keys: hex (MD5 in Gradle 4 and 5, SHA-1/SHA-256 later).
 _CACHE_KEY: Final = re.compile(r"[0-9a-f]{16,128}")
@@ -102,7 +115,11 @@ class BlobStore:
         return self.root / sha256[:2] / sha256
 
     def has(self, sha256: str) -> bool:
-        return self._where(sha256).is_file()
+        where = self._where(sha256)
+        if not where.is_file():
+            return False
+        self.touch(sha256)  # asked for by a sync: used
+        return True
 
     def path(self, sha256: str) -> Path | None:
         where = self._where(sha256)
@@ -113,7 +130,67 @@ class BlobStore:
             shutil.copyfile(self._where(sha256), dest, follow_symlinks=False)
         except FileNotFoundError:
             return False
+        self.touch(sha256)
         return True
+
+    def touch(self, sha256: str) -> None:
+        """Mark a blob used now (the sweep's grace counts from its last use)."""
+        with contextlib.suppress(OSError):
+            os.utime(self._where(sha256))
+
+    def pin(self, owner: Path, shas: Iterable[str]) -> None:
+        """*owner* (a live instance's directory) refers to *shas*: the sweep keeps them while
+        the directory exists. Replaces the owner's previous pins (blocking)."""
+        pins = self.root / _PINS
+        pins.mkdir(mode=0o700, exist_ok=True)
+        name = hashlib.sha256(str(owner).encode()).hexdigest()[:32]
+        body = "\n".join([str(owner), *sorted(set(shas))]) + "\n"
+        temp = pins / f".{name}.{secrets.token_hex(4)}"
+        temp.write_text(body)
+        os.replace(temp, pins / name)
+
+    def unpin(self, owner: Path) -> None:
+        name = hashlib.sha256(str(owner).encode()).hexdigest()[:32]
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.root / _PINS / name)
+
+    def _pinned(self) -> set[str]:
+        """The blobs live owners pin; the pins of owners that are gone are removed."""
+        pinned: set[str] = set()
+        pins = self.root / _PINS
+        with contextlib.suppress(FileNotFoundError), os.scandir(pins) as entries:
+            for entry in entries:
+                try:
+                    lines = Path(entry.path).read_text().splitlines()
+                except OSError:
+                    continue
+                if entry.name.startswith(".") or not lines or not Path(lines[0]).exists():
+                    if entry.name.startswith(".") and not _old(entry.path, 3600.0):
+                        continue  # a pin being written
+                    with contextlib.suppress(OSError):
+                        os.unlink(entry.path)
+                    continue
+                pinned.update(lines[1:])
+        return pinned
+
+    def sweep(self, grace_s: float) -> int:
+        """Remove the blobs no live instance pins and nobody used for *grace_s* seconds, and
+        upload leftovers as old; how many blobs (blocking)."""
+        pinned = self._pinned()
+        removed = 0
+        with contextlib.suppress(FileNotFoundError), os.scandir(self.root) as shards:
+            for shard in shards:
+                if shard.name == _PINS or not shard.is_dir(follow_symlinks=False):
+                    continue
+                with os.scandir(shard.path) as blobs:
+                    for blob in blobs:
+                        keep = blob.name in pinned and shard.name != "tmp"
+                        if keep or not _old(blob.path, grace_s):
+                            continue
+                        with contextlib.suppress(OSError):
+                            os.unlink(blob.path)
+                            removed += shard.name != "tmp"
+        return removed
 
     async def put(self, sha256: str, chunks: AsyncIterator[bytes], encoding: str) -> dict[str, Any]:
         """Store the (decoded) body as blob *sha256*; `BuildError` when it hashes otherwise."""
@@ -141,10 +218,61 @@ class BuildCache:
         *,
         owner: tuple[int, int] | None = None,
         max_entry: int = MAX_CACHE_ENTRY,
+        max_bytes: int = MAX_CACHE_BYTES,
+        max_idle_s: float = CACHE_MAX_IDLE_S,
     ) -> None:
         self.gradle_home = gradle_home
         self.owner = owner
-        self.max_entry = max_entry
+        self.max_entry = min(max_entry, max_bytes)
+        self.max_bytes = max_bytes
+        self.max_idle_s = max_idle_s
+
+    def _entries(self, directory: int) -> list[tuple[float, int, str]]:
+        """(mtime, size, key) of the cache's entries, least recently used first."""
+        found = []
+        for name in os.listdir(directory):
+            if not _CACHE_KEY.fullmatch(name):
+                continue
+            with contextlib.suppress(OSError):
+                st = os.stat(name, dir_fd=directory, follow_symlinks=False)
+                if stat.S_ISREG(st.st_mode):
+                    found.append((st.st_mtime, st.st_blocks * 512, name))
+        return sorted(found)
+
+    def _evict(self, directory: int, keep: str) -> int:
+        """Remove least recently used entries until the cache fits `max_bytes` (*keep*, just
+        stored, last of all); how many."""
+        entries = self._entries(directory)
+        total = sum(size for _, size, _ in entries)
+        removed = 0
+        for _, size, key in sorted(entries, key=lambda e: e[2] == keep):
+            if total <= self.max_bytes:
+                break
+            with contextlib.suppress(OSError):
+                os.unlink(key, dir_fd=directory)
+                total -= size
+                removed += 1
+        return removed
+
+    def sweep(self) -> int:
+        """Remove entries no build used for `max_idle_s` (blocking); how many."""
+        try:
+            directory = self._open_dir(create=False)
+        except BuildError:
+            return 0
+        if directory is None:
+            return 0
+        removed = 0
+        try:
+            cutoff = time.time() - self.max_idle_s
+            for mtime, _, key in self._entries(directory):
+                if mtime < cutoff:
+                    with contextlib.suppress(OSError):
+                        os.unlink(key, dir_fd=directory)
+                        removed += 1
+        finally:
+            os.close(directory)
+        return removed
 
     def _open_dir(self, create: bool) -> int | None:
         flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
@@ -183,6 +311,8 @@ class BuildCache:
             st = os.fstat(handle.fileno())
             if not stat.S_ISREG(st.st_mode) or st.st_size > self.max_entry:
                 return None
+            with contextlib.suppress(OSError):
+                os.utime(handle.fileno())  # used: the last to be evicted
             return handle.read(self.max_entry + 1)
 
     async def get(self, key: str) -> bytes | None:
@@ -216,13 +346,24 @@ class BuildCache:
                 if self.owner is not None:
                     os.chown(temp, *self.owner, dir_fd=directory, follow_symlinks=False)
                 os.replace(temp, key, src_dir_fd=directory, dst_dir_fd=directory)
+                self._evict(directory, key)
 
             await trio.to_thread.run_sync(place)
             return size
         finally:
+            closing = getattr(chunks, "aclose", None)
+            if closing is not None:  # a refused body's generator ends here, not at GC
+                await closing()
             with contextlib.suppress(OSError):
                 os.unlink(temp, dir_fd=directory)
             os.close(directory)
+
+
+def _old(path: str, seconds: float) -> bool:
+    try:
+        return os.stat(path, follow_symlinks=False).st_mtime < time.time() - seconds
+    except OSError:
+        return False
 
 
 def check_key(key: str) -> str:

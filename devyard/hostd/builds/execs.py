@@ -25,7 +25,7 @@ import signal
 import stat
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Final
 
@@ -34,6 +34,7 @@ import trio
 
 from .commands import ExecPlan
 from .paths import glob_regex
+from .warm import WarmProcess, WarmSandboxError
 
 __all__ = ["Event", "Exec", "ExecStatus", "collect_artifacts", "run_exec"]
 
@@ -47,6 +48,7 @@ _TASK_LINE: Final = re.compile(
     r"(?: (UP-TO-DATE|NO-SOURCE|FROM-CACHE|SKIPPED|FAILED))?"
 )
 CANCELLED_EXIT: Final = -1
+_DRAIN_S: Final = 2.0
 
 
 class ExecStatus(enum.StrEnum):
@@ -211,39 +213,35 @@ async def run_exec(
     *,
     workspace: Path,
     on_end: Callable[[Exec], None],
+    warm: Callable[[], Awaitable[WarmProcess]] | None = None,
 ) -> None:
     """Run ``argv(info_fd=N)`` (the sandboxed command line) for *run* to its end, cancel or
-    timeout; then collect the artifacts of a success and emit ``exitCode``."""
+    timeout; then collect the artifacts of a success and emit ``exitCode``. *warm*: run the
+    plan in the instance's warm sandbox instead (warm.py; *argv* is then unused)."""
     run.emit("command", run.plan.display)
     status, code, error = ExecStatus.FAILED, 1, None
-    info_read, info_write = os.pipe()
     try:
-        process = await trio.lowlevel.open_process(
-            argv(info_fd=info_write),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,
-            pass_fds=(info_write,),
-            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
-        )
-    except OSError as exc:
-        os.close(info_read)
+        process, info_read = await _open(argv, warm)
+    except (OSError, WarmSandboxError) as exc:
         run.finish(ExecStatus.FAILED, 127, f"the sandbox did not start: {exc}")
         on_end(run)
         return
-    finally:
-        os.close(info_write)
     assert process.stdout is not None and process.stderr is not None
     init: list[int] = []  # the sandbox's init, once bubblewrap says
     try:
         with run.scope:
             run.scope.deadline = trio.current_time() + run.plan.timeout_s
             async with trio.open_nursery() as pumps:
-                pumps.start_soon(_read_init, info_read, init)
+                if info_read is not None:
+                    pumps.start_soon(_read_init, info_read, init)
                 pumps.start_soon(_pump, process.stdout, _Lines(_stdout_handler(run)))
                 pumps.start_soon(_pump, process.stderr, _Lines(lambda s: run.emit("stderr", s)))
                 await process.wait()
+                if isinstance(process, WarmProcess):
+                    if process.message is not None:
+                        run.emit("stderr", process.message)
+                    # a process that left the exec's group may hold its output: not for long
+                    pumps.cancel_scope.deadline = trio.current_time() + _DRAIN_S
         code = process.returncode if process.returncode is not None else 1
         if run.scope.cancelled_caught:
             if run.cancel_requested_at is not None:
@@ -255,7 +253,12 @@ async def run_exec(
             status = ExecStatus.SUCCEEDED if code == 0 else ExecStatus.FAILED
     finally:
         with trio.CancelScope(shield=True):
-            await _kill_tree(process, init)
+            if isinstance(process, WarmProcess):
+                await process.kill()
+                for stream in (process.stdout, process.stderr):
+                    await stream.aclose()
+            else:
+                await _kill_tree(process, init)
             if run.cancel_requested_at is not None:
                 run.killed_at = trio.current_time()
             if status is ExecStatus.SUCCEEDED and run.plan.artifacts:
@@ -267,6 +270,31 @@ async def run_exec(
                     run.emit("artifact", json.dumps(artifact))
             run.finish(status, code, error)
             on_end(run)
+
+
+async def _open(
+    argv: Callable[..., list[str]], warm: Callable[[], Awaitable[WarmProcess]] | None
+) -> tuple[trio.Process | WarmProcess, int | None]:
+    """The exec's process (in its own sandbox, or the warm one) and bubblewrap's info fd."""
+    if warm is not None:
+        return await warm(), None
+    info_read, info_write = os.pipe()
+    try:
+        process = await trio.lowlevel.open_process(
+            argv(info_fd=info_write),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            pass_fds=(info_write,),
+            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+        )
+    except OSError:
+        os.close(info_read)
+        raise
+    finally:
+        os.close(info_write)
+    return process, info_read
 
 
 async def _read_init(fd: int, init: list[int]) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import logging
 import os
 import shutil
 import time
@@ -22,16 +23,19 @@ from typing import Any, Final
 import attrs
 import trio
 
-from .cas import BlobStore, BuildCache
+from .cas import MAX_CACHE_BYTES, BlobStore, BuildCache
 from .commands import ExecPlan, plan_exec
 from .errors import BuildError, BuildReason
 from .execs import Exec, ExecStatus, run_exec
 from .gradlew import wrapper_distribution
 from .sandbox import WORKSPACE, SandboxConfig, sandbox_argv
 from .sync import FileSpec, Workspace, parse_files
+from .warm import DAEMON_REGISTRY, WarmSandbox
 from .webhook import WebhookPolicy, WebhookSpec, deliver
 
 __all__ = ["MAX_KEPT", "BuildConfig", "BuildHost", "ExecEnded"]
+
+log = logging.getLogger(__name__)
 
 MAX_KEPT: Final = 16
 _KEPT_MANIFESTS: Final = 4
@@ -42,6 +46,9 @@ ExecEnded = Callable[[Exec], None]
 #: Sends an ended exec's record and log to the server (the supervisor's, over the link).
 Reporter = Callable[[dict[str, Any], Path], Awaitable[None]]
 _REPORT_GRACE_S: Final = 10.0
+#: Unreferenced sync blobs older than this go (cas.py); the sweep runs this often.
+BLOB_GRACE_S: Final = 24 * 3600.0
+SWEEP_EVERY_S: Final = 3600.0
 
 
 @attrs.frozen
@@ -60,6 +67,11 @@ class BuildConfig:
     retry_ms: int = 2000
     webhook: WebhookPolicy = attrs.field(factory=WebhookPolicy)
     android_sdk_root: str | None = None  # as the sandbox sees it (docs/builds.md)
+    #: Gradle builds join the instance's warm sandbox, where the Gradle daemon stays between
+    #: execs (warm.py); False: ``--no-daemon`` in a sandbox of their own, as ``run`` execs.
+    warm_daemons: bool = True
+    blob_grace_s: float = BLOB_GRACE_S
+    cache_max_bytes: int = MAX_CACHE_BYTES
     #: A driver's own exec kinds (the xcode driver's ``xcodebuild``): their plan, or None to
     #: leave the body to `plan_exec`.
     planner: Callable[[dict[str, Any]], ExecPlan | None] | None = None
@@ -89,7 +101,7 @@ class BuildHost:
         )
         self.execs_dir = directory / "execs"
         self.blobs = BlobStore(config.blobs or directory / "blobs")
-        self.cache = BuildCache(config.gradle_home, owner=owner)
+        self.cache = BuildCache(config.gradle_home, owner=owner, max_bytes=config.cache_max_bytes)
         self._execs: OrderedDict[str, Exec] = OrderedDict()
         self._expired: set[str] = set()
         self._running: Exec | None = None
@@ -99,6 +111,16 @@ class BuildHost:
         self._reported = trio.Event()
         self._webhooks: set[trio.CancelScope] = set()
         self._manifests: OrderedDict[str, list[FileSpec]] = OrderedDict()
+        self.warm: WarmSandbox | None = None
+        self._sweeper = trio.CancelScope()
+        if config.warm_daemons and config.sandbox.bwrap is not None:
+            self.warm = WarmSandbox(
+                lambda: self.config.sandbox,
+                directory=directory / "agent",
+                workspace=self.workspace.root,
+                gradle_home=config.gradle_home,
+                on_line=self._sandbox_said,
+            )
 
     def create(self) -> None:
         """The workspace, the exec records' directory and the Gradle home (blocking)."""
@@ -116,7 +138,10 @@ class BuildHost:
         self.check_open()
         if self._running is not None:
             raise BuildError(BuildReason.CONFLICT, f"exec {self._running.id} is running")
-        return await self.workspace.sync(chunks, encoding)
+        try:
+            return await self.workspace.sync(chunks, encoding)
+        finally:
+            await trio.to_thread.run_sync(self._pin_quietly)
 
     async def missing(self, body: dict[str, Any]) -> dict[str, Any]:
         """``POST /sync/missing``: which blobs a commit of the manifest would lack, and the
@@ -129,6 +154,7 @@ class BuildHost:
         self._manifests.move_to_end(manifest_id)
         while len(self._manifests) > _KEPT_MANIFESTS:
             self._manifests.popitem(last=False)
+        await trio.to_thread.run_sync(self._pin_quietly)
         return {"missing": lacking, "complete": complete, "manifestId": manifest_id}
 
     async def commit(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -146,7 +172,49 @@ class BuildHost:
             files = known
         if self._running is not None:
             raise BuildError(BuildReason.CONFLICT, f"exec {self._running.id} is running")
-        return await self.workspace.commit_tree(files, self.blobs)
+        try:
+            return await self.workspace.commit_tree(files, self.blobs)
+        finally:
+            await trio.to_thread.run_sync(self._pin_quietly)
+
+    # ---- cleanup --------------------------------------------------------------------------
+
+    def pin(self) -> None:
+        """Tell the organization's blob store which blobs this instance still refers to: its
+        recent manifests, its tree, its kept execs' artifacts (blocking)."""
+        if self._closed:
+            return
+        shas = self.workspace.known_shas()
+        for files in self._manifests.values():
+            shas.update(f.sha256 for f in files if f.link is None)
+        for run in self._execs.values():
+            shas.update(str(a.get("sha256")) for a in run.artifacts)
+        self.blobs.pin(self.directory, shas)
+
+    def _pin_quietly(self) -> None:
+        try:
+            self.pin()
+        except OSError as exc:  # bookkeeping: the sync or exec itself went well
+            log.warning("could not pin the blobs of %s: %r", self.directory, exc)
+
+    def sweep(self) -> tuple[int, int]:
+        """Remove the organization's unreferenced blobs past their grace and its build cache's
+        long-unused entries (blocking); how many of each."""
+        return self.blobs.sweep(self.config.blob_grace_s), self.cache.sweep()
+
+    async def run_sweeper(self, every: float = SWEEP_EVERY_S) -> None:
+        """`sweep` now and every *every* seconds while the instance lives (the driver's
+        nursery runs it; every instance of the organization sweeps the same stores)."""
+        with self._sweeper:
+            while not self._closed:
+                try:
+                    blobs, entries = await trio.to_thread.run_sync(self.sweep)
+                except OSError as exc:
+                    log.warning("sweeping the build stores failed, retrying later: %r", exc)
+                else:
+                    if blobs or entries:
+                        log.info("removed %d sync blob(s), %d cache entries", blobs, entries)
+                await trio.sleep(every)
 
     # ---- execs ----------------------------------------------------------------------------
 
@@ -178,14 +246,27 @@ class BuildHost:
             network=plan.network,
             env=plan.env,
         )
+        warm = None
+        if self.warm is not None and plan.kind == "gradlebuild":
+            warm = functools.partial(self.warm.spawn, self._nursery, plan.argv, plan.env, plan.cwd)
         self._execs[exec_id] = run
         self._running = run
         self._nursery.start_soon(
-            functools.partial(run_exec, workspace=self.workspace.root, on_end=self._ended),
+            functools.partial(
+                run_exec, workspace=self.workspace.root, on_end=self._ended, warm=warm
+            ),
             run,
             argv,
         )
         return run
+
+    def _sandbox_said(self, line: str) -> None:
+        """A line of the warm sandbox's keeper or agent (a limit it enforced): the running
+        exec's, else the log's."""
+        if self._running is not None and self._running.status is ExecStatus.RUNNING:
+            self._running.emit("stderr", line)
+        else:
+            log.info("warm sandbox of %s: %s", self.directory, line)
 
     def _gradle_of(self, plan: ExecPlan, use_wrapper: object) -> ExecPlan:
         """The project's ``gradlew`` when its distribution is cached (gradlew.py), and the
@@ -199,6 +280,11 @@ class BuildHost:
         if sdk is not None and "ANDROID_SDK_ROOT" not in env:
             env |= {"ANDROID_SDK_ROOT": sdk, "ANDROID_HOME": env.get("ANDROID_HOME", sdk)}
         plan = attrs.evolve(plan, env=env)
+        if self.warm is not None:  # the instance's warm daemon, its registry its own
+            registry = f"-Dorg.gradle.daemon.registry.base={DAEMON_REGISTRY}"
+            daemon = [registry if a == "--no-daemon" else a for a in plan.argv]
+            daemon.insert(1, "--daemon")
+            plan = attrs.evolve(plan, argv=tuple(daemon), display="gradle " + " ".join(daemon[1:]))
         project = plan.cwd.removeprefix(WORKSPACE).strip("/")
         if use_wrapper and wrapper_distribution(
             self.workspace.root, project, self.config.gradle_home
@@ -228,6 +314,10 @@ class BuildHost:
         self._closed = True
         for run in self._execs.values():
             run.cancel()
+        self._sweeper.cancel()
+        self.blobs.unpin(self.directory)
+        if self.warm is not None:
+            self.warm.close()
 
     def check_open(self) -> None:
         if self._closed:
@@ -242,6 +332,7 @@ class BuildHost:
             if len(self._expired) < _MAX_EXPIRED:
                 self._expired.add(old.id)
             shutil.rmtree(old.directory, ignore_errors=True)
+        self._pin_quietly()  # its artifacts, and no more those of expired execs
         if self._on_end is not None:
             self._on_end(run)
         if self.reporter is not None:

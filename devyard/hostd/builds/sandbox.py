@@ -30,7 +30,9 @@ workspace's allocated bytes), and says which limit it enforced. Then, in bubblew
 
 ``SandboxConfig.bwrap = None`` is the *direct* mode (macOS hosts, where there is no
 bubblewrap; the xcode driver): the keeper runs the command itself in the real workspace, with
-the same limits, death with hostd and disk quota, but no namespaces and no network filter.
+the same limits, death with hostd and disk quota, but no namespaces; `SandboxConfig.wrapper`
+confines it (the xcode driver's ``sandbox-exec`` profile, which also holds the network rule),
+and with an allowlist the relay serves the proxy on the host's ``127.0.0.1:proxy_port``.
 """
 
 from __future__ import annotations
@@ -107,6 +109,10 @@ class SandboxConfig:
     proxy: Path | None = None
     python: str = sys.executable
     relay_python: str = "/usr/bin/python3"
+    #: Direct mode: the argv prefix that confines the build (the xcode driver's
+    #: ``sandbox-exec -f PROFILE``), and the loopback port of the allowlist relay.
+    wrapper: tuple[str, ...] = ()
+    proxy_port: int = PROXY_PORT
 
 
 def proxy_env(port: int = PROXY_PORT) -> dict[str, str]:
@@ -157,12 +163,14 @@ def sandbox_argv(
     network: bool = False,
     env: Mapping[str, str] = {},
     info_fd: int | None = None,
+    ro_binds: Sequence[tuple[Path, str]] = (),
 ) -> list[str]:
     """The argv running *command* in the sandbox, in *cwd* (a path inside it), with exactly
     *env* as its environment. *info_fd*: where bubblewrap writes ``{"child-pid": N}``, the
     host PID of the namespace's init (killing it kills the sandbox). In direct mode *cwd* and
     *env* name ``/workspace`` and are rewritten to the real workspace, and *info_fd* is
-    unused. *network* is the exec's ask for the network: builds only reach the allowlist."""
+    unused. *network* is the exec's ask for the network: builds only reach the allowlist.
+    *ro_binds*: more host directories, read-only, at the sandbox paths given (warm.py)."""
     del network  # no build reaches the network except through the allowlist proxy
     keeper = _keeper(config, workspace)
     if config.bwrap is None:
@@ -170,7 +178,13 @@ def sandbox_argv(
         direct_env = {k: v.replace(WORKSPACE, real) for k, v in env.items()}
         where = real + cwd.removeprefix(WORKSPACE) if cwd.startswith(WORKSPACE) else cwd
         keeper[-1:] = [f"--chdir={where}", "--group-kill", "--"]
-        return [*keeper, "env", "-i", *_pairs(direct_env), *command]
+        host_relay: list[str] = []
+        if config.proxy is not None:  # the relay on the host's loopback, at the instance's port
+            direct_env.update(proxy_env(config.proxy_port))
+            host_relay = [config.python, "-I", str(KEEPER), "relay"]
+            host_relay += [f"--port={config.proxy_port}", f"--socket={config.proxy}", "--"]
+        wrapper = list(config.wrapper)
+        return [*keeper, *wrapper, "env", "-i", *_pairs(direct_env), *host_relay, *command]
     argv = [*keeper, config.bwrap, "--new-session", "--die-with-parent", "--unshare-pid"]
     if info_fd is not None:
         argv += ["--info-fd", str(info_fd)]
@@ -192,6 +206,9 @@ def sandbox_argv(
         argv += ["--size", str(config.limits.tmp_bytes)]
     argv += ["--tmpfs", "/tmp"]  # noqa: S108 - the sandbox's own tmpfs
     argv += ["--bind", str(workspace), WORKSPACE, "--bind", str(gradle_home), GRADLE_HOME]
+    for source, target in ro_binds:  # its parent searchable by the build user
+        argv += ["--perms", "0755", "--dir", os.path.dirname(target)]
+        argv += ["--ro-bind", str(source), target]
     relay: list[str] = []
     if config.proxy is not None:
         # the proxy's directory: its socket and a world-readable copy of the keeper

@@ -24,6 +24,16 @@ puts it in front of the command line. Two modes:
 each line with every secret of *FILE* (one a line; the file is removed once read) replaced
 by ``***`` (the xcode driver's signing material; never in an event, a log or an artifact).
 
+``agent --fd N --``: the long-lived process of an instance's warm sandbox (``warm.py``),
+inside bubblewrap, as the build user. On the socket *N* (one end of a socketpair hostd made:
+nothing in the sandbox can connect to it) hostd sends ``[u32 BE length][JSON]`` requests:
+``{op: spawn, id, argv, env, cwd}`` with the exec's stdout and stderr pipes attached
+(``SCM_RIGHTS``) runs *argv* in a session of its own; ``{op: kill, id}`` SIGKILLs that session's
+process group. The agent answers JSON lines: ``{ready}``, then ``{id, pid}`` and ``{id, exit}``
+(the raw wait status) per exec, after killing what is left in the exec's process group (a
+Gradle daemon detaches into a session of its own, so it stays). hostd closing the socket
+ends the agent and every exec's group.
+
 ``relay --port N --socket PATH -- ARGV``: inside a sandbox with an allowlist: serves
 ``127.0.0.1:N`` (the sandbox's own loopback; ``http_proxy`` points there) by relaying every
 connection to hostd's filtering proxy on the Unix socket *PATH*, runs ARGV, exits with it.
@@ -34,6 +44,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import json
 import os
 import resource
 import select
@@ -322,6 +333,103 @@ def _relay(args: argparse.Namespace, argv: Sequence[str]) -> int:
     return _status(os.waitpid(child, 0)[1])
 
 
+class _Agent:
+    def __init__(self, fd: int) -> None:
+        self.sock = socket.socket(fileno=fd)
+        self.sock.set_inheritable(False)
+        self.lock = threading.Lock()
+        self.groups: dict[str, int] = {}
+
+    def say(self, message: dict[str, object]) -> None:
+        data = (json.dumps(message) + "\n").encode()
+        with self.lock, contextlib.suppress(OSError):
+            self.sock.sendall(data)
+
+    def read(self) -> tuple[dict[str, object], list[int]] | None:
+        head, fds, _, _ = socket.recv_fds(self.sock, 4, 2)
+        while head and len(head) < 4:
+            more = self.sock.recv(4 - len(head))
+            if not more:
+                return None
+            head += more
+        if len(head) < 4:
+            return None
+        size, body = int.from_bytes(head, "big"), b""
+        while len(body) < size:
+            more = self.sock.recv(min(65536, size - len(body)))
+            if not more:
+                return None
+            body += more
+        value = json.loads(body)
+        return (value if isinstance(value, dict) else {}), list(fds)
+
+    def spawn(self, request: dict[str, object], fds: list[int]) -> None:
+        ident = str(request.get("id"))
+        raw_argv, raw_env = request.get("argv"), request.get("env")
+        argv = [str(a) for a in raw_argv] if isinstance(raw_argv, list) else []
+        env = {str(k): str(v) for k, v in raw_env.items()} if isinstance(raw_env, dict) else {}
+        cwd = str(request.get("cwd") or "/")
+        if len(fds) != 2 or not argv:
+            for fd in fds:
+                os.close(fd)
+            self.say({"id": ident, "exit": 127 << 8})
+            return
+        child = os.fork()
+        if child == 0:
+            try:
+                os.setsid()
+                null = os.open(os.devnull, os.O_RDONLY)
+                for source, target in ((null, 0), (fds[0], 1), (fds[1], 2)):
+                    os.dup2(source, target)
+                os.chdir(cwd)
+                os.execvpe(argv[0], argv, env)  # noqa: S606 - argv is hostd's
+            except OSError as exc:
+                _say(f"the command did not start: {exc}")
+            os._exit(127)
+        for fd in fds:
+            os.close(fd)
+        self.groups[ident] = child
+        self.say({"id": ident, "pid": child})
+        threading.Thread(target=self.reap, args=(ident, child), daemon=True).start()
+
+    def reap(self, ident: str, child: int) -> None:
+        raw = os.waitpid(child, 0)[1]
+        with contextlib.suppress(OSError):  # what the exec left in its group goes with it
+            os.killpg(child, signal.SIGKILL)
+        self.groups.pop(ident, None)
+        self.say({"id": ident, "exit": raw})
+
+    def kill(self, ident: str) -> None:
+        group = self.groups.get(ident)
+        if group is not None:
+            with contextlib.suppress(OSError):
+                os.killpg(group, signal.SIGKILL)
+
+
+def _agent(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    del argv
+    agent = _Agent(args.fd)
+    agent.say({"ready": True})
+    while True:
+        try:
+            message = agent.read()
+        except (OSError, ValueError):
+            message = None
+        if message is None:  # hostd closed: nothing of this instance may run on
+            for group in list(agent.groups.values()):
+                with contextlib.suppress(OSError):
+                    os.killpg(group, signal.SIGKILL)
+            return 0
+        request, fds = message
+        if request.get("op") == "spawn":
+            agent.spawn(request, fds)
+        else:
+            for fd in fds:
+                os.close(fd)
+            if request.get("op") == "kill":
+                agent.kill(str(request.get("id")))
+
+
 def _redacted(data: bytes, secrets: Sequence[bytes]) -> bytes:
     for secret in secrets:
         data = data.replace(secret, b"***")
@@ -376,7 +484,7 @@ def _redact(args: argparse.Namespace, argv: Sequence[str]) -> int:
 
 def main(argv: Sequence[str]) -> int:
     if "--" not in argv:
-        _say("sandbox_keeper: usage: keep|relay [options] -- command...")
+        _say("sandbox_keeper: usage: keep|relay|redact|agent [options] -- command...")
         return 2
     split = list(argv).index("--")
     options, command = list(argv[:split]), list(argv[split + 1 :])
@@ -401,11 +509,13 @@ def main(argv: Sequence[str]) -> int:
     relay.add_argument("--socket", required=True)
     redact = modes.add_parser("redact")
     redact.add_argument("--secrets", required=True)
+    agent = modes.add_parser("agent")
+    agent.add_argument("--fd", type=int, required=True)
     args = parser.parse_args(options)
-    if not command:
+    if not command and args.mode != "agent":
         _say("sandbox_keeper: no command")
         return 2
-    run = {"keep": _keep, "relay": _relay, "redact": _redact}[args.mode]
+    run = {"keep": _keep, "relay": _relay, "redact": _redact, "agent": _agent}[args.mode]
     return run(args, command)
 
 

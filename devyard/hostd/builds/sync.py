@@ -294,6 +294,10 @@ class Workspace:
         self.lock = trio.Lock()
         self._state: dict[str, _Cached] = {}
 
+    def known_shas(self) -> set[str]:
+        """The SHA-256 of every file the last syncs wrote or checked (the blob store's pins)."""
+        return {cached.sha256 for cached in self._state.values()}
+
     def create(self) -> None:
         """Make the (empty) tree and the bookkeeping directory (blocking)."""
         self.meta_dir.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -118,6 +118,7 @@ async def open_gradle_device(
         device = GradleDevice(spec, host)
         async with device:
             await trio.to_thread.run_sync(host.create)
+            nursery.start_soon(host.run_sweeper)  # the organization's blobs and build cache
             policy = lambda: network_of(device).policy  # noqa: E731 - assigned once it runs
             async with build_network(spec.build_network, host.directory / "net", policy) as proxy:
                 if proxy is not None:  # spec.buildNetwork.allow: through the proxy only

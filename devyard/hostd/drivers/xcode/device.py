@@ -17,6 +17,8 @@ build's HOME and TMPDIR), ``secrets`` (signing material while an exec runs).
 from __future__ import annotations
 
 import shutil
+import socket
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -30,10 +32,13 @@ import trio
 from ...builds import BuildConfig, BuildHost, SandboxConfig, SandboxLimits
 from ...builds.commands import ExecPlan, plan_exec
 from ...builds.execs import Exec, ExecStatus
+from ...builds.sandbox_net import build_network
+from ...netdial import network_of
 from .._errors import InvalidSpecError
 from ..base import DeviceDriver, DeviceInfo, DeviceSpec, Platform
 from ..virtual import VirtualDevice
-from .plan import DERIVED_DATA, Secrets, XcodeTools, plan_xcodebuild
+from .plan import DERIVED_DATA, KEYCHAIN, Secrets, XcodeTools, plan_xcodebuild
+from .seatbelt import profile
 
 __all__ = [
     "DRIVER_NAME",
@@ -46,6 +51,17 @@ __all__ = [
 
 DRIVER_NAME: Final = "xcode"
 _CLOSE_GRACE_S: Final = 10.0
+#: The instance's ``sandbox-exec`` profile, in its directory (outside the workspace).
+PROFILE: Final = "sandbox.sb"
+
+
+def _free_port() -> int:
+    """A free port on the host's loopback for the instance's allowlist relay (macOS builds
+    share the host's network: each instance needs a port of its own)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
 
 
 @attrs.frozen
@@ -75,7 +91,15 @@ class XcodeConfig:
         xcodebuild = shutil.which("xcodebuild", path=self.tools_path)
         if xcodebuild is None:
             raise InvalidSpecError("this host has no xcodebuild (Xcode, or DEVYARD_XCODE_TOOLS)")
-        return XcodeTools(xcodebuild, shutil.which("xcodegen", path=self.tools_path))
+        sandbox_exec = shutil.which("sandbox-exec", path=self.tools_path)
+        if sandbox_exec is None and sys.platform == "darwin":
+            raise InvalidSpecError("this host has no sandbox-exec to confine builds in")
+        return XcodeTools(
+            xcodebuild,
+            shutil.which("xcodegen", path=self.tools_path),
+            security=shutil.which("security", path=self.tools_path),
+            sandbox_exec=sandbox_exec,
+        )
 
 
 class _Builds:
@@ -84,6 +108,7 @@ class _Builds:
     def __init__(
         self, directory: Path, config: XcodeConfig, nursery: trio.Nursery, on_end: Any = None
     ) -> None:
+        self._nursery = nursery
         self.tools = config.tools()
         self.directory = directory
         self.secrets = Secrets(directory / "secrets")
@@ -111,13 +136,52 @@ class _Builds:
         )
 
     def _ended(self, run: Exec) -> None:
-        self.secrets.clear()  # one exec at a time: no other exec's material is in use
+        for where in self.secrets.take():  # the ended exec's signing material
+            if self.tools.security is not None and (where / KEYCHAIN).exists():
+                self._nursery.start_soon(self._drop_keychain, where)
+            else:
+                shutil.rmtree(where, ignore_errors=True)
         if self._on_end is not None:
             self._on_end(run)
+
+    async def _drop_keychain(self, where: Path) -> None:
+        """A keychain the build's own cleanup left (a cancelled build: SIGKILL skips the
+        script's ``trap``): ``security delete-keychain`` (also off the search list), then the
+        directory."""
+        assert self.tools.security is not None
+        with trio.CancelScope(shield=True), trio.move_on_after(_CLOSE_GRACE_S):
+            await trio.run_process(
+                [self.tools.security, "delete-keychain", str(where / KEYCHAIN)],
+                check=False,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        await trio.to_thread.run_sync(shutil.rmtree, where, True)
 
     def create(self) -> None:
         self.host.create()
         (self.directory / "home" / "tmp").mkdir(mode=0o700, exist_ok=True)
+        self.secrets.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+    def confine(self, proxy: Path | None) -> None:
+        """The builds' sandbox: ``sandbox-exec`` with the instance's profile (seatbelt.py;
+        none on a host without it), and the allowlist relay when *proxy* (blocking)."""
+        sandbox = self.host.config.sandbox
+        if proxy is not None:
+            sandbox = attrs.evolve(sandbox, proxy=proxy, proxy_port=_free_port())
+        if self.tools.sandbox_exec is not None:
+            workspace = self.host.workspace.root
+            writable = [workspace, workspace / DERIVED_DATA, self.directory / "home"]
+            writable.append(self.secrets.root)
+            text = profile(
+                writable=[p.resolve() for p in writable],
+                proxy_port=sandbox.proxy_port if proxy is not None else None,
+                proxy_socket=proxy.resolve() if proxy is not None else None,
+            )
+            where = self.directory / PROFILE
+            where.write_text(text)
+            sandbox = attrs.evolve(sandbox, wrapper=(self.tools.sandbox_exec, "-f", str(where)))
+        self.host.config = attrs.evolve(self.host.config, sandbox=sandbox)
 
     async def aclose(self) -> None:
         self.host.close()
@@ -158,7 +222,10 @@ async def open_xcode_device(
         device = XcodeDevice(spec, builds)
         async with device:
             await trio.to_thread.run_sync(builds.create)
-            yield device
+            policy = lambda: network_of(device).policy  # noqa: E731 - assigned once it runs
+            async with build_network(spec.build_network, builds.directory / "net", policy) as net:
+                await trio.to_thread.run_sync(builds.confine, net)
+                yield device
 
 
 @attrs.define
@@ -265,6 +332,9 @@ async def open_xcode_sandbox(
         sandbox = XcodeSandbox(device, spec, builds, nursery)
         await trio.to_thread.run_sync(builds.create)
         try:
-            yield sandbox
+            policy = lambda: network_of(device).policy  # noqa: E731 - assigned once it runs
+            async with build_network(spec.build_network, builds.directory / "net", policy) as net:
+                await trio.to_thread.run_sync(builds.confine, net)
+                yield sandbox
         finally:
             await builds.aclose()

@@ -37,11 +37,13 @@ from ...builds.errors import BuildError, BuildReason
 from ...builds.paths import check_path
 from ...builds.sandbox import KEEPER, WORKSPACE
 
-__all__ = ["DERIVED_DATA", "SDKS", "Secrets", "XcodeTools", "plan_xcodebuild"]
+__all__ = ["DERIVED_DATA", "KEYCHAIN", "SDKS", "Secrets", "XcodeTools", "plan_xcodebuild"]
 
 SDKS: Final = ("iphonesimulator", "iphoneos", "watchsimulator", "watchos")
 DERIVED_DATA: Final = "build/DerivedData"
 ARTIFACTS: Final = ("build/Artifacts/*.tar.gz",)
+#: The temporary keychain's file name in the exec's secrets directory.
+KEYCHAIN: Final = "build.keychain-db"
 _NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9 _.\-]{0,127}")
 _SETTING: Final = re.compile(r"[A-Z_][A-Z0-9_]{0,127}")
 _ENV_NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -51,6 +53,23 @@ if [ -n "$DEVYARD_XCODEGEN" ]; then
   "$DEVYARD_XCODEGEN" generate --spec "$1" --project "$2" --project-root "$3"
 fi
 shift 3
+if [ -n "$DEVYARD_SECURITY" ] && [ -n "$DEVYARD_SIGNING_CERTIFICATE" ]; then
+  kc="$DEVYARD_KEYCHAIN"
+  kcpass="$(cat "$DEVYARD_KEYCHAIN_PASSWORD_FILE")"
+  certpass=""
+  if [ -n "$DEVYARD_SIGNING_PASSWORD_FILE" ]; then
+    certpass="$(cat "$DEVYARD_SIGNING_PASSWORD_FILE")"
+  fi
+  trap '"$DEVYARD_SECURITY" delete-keychain "$kc" || true' EXIT
+  "$DEVYARD_SECURITY" create-keychain -p "$kcpass" "$kc"
+  "$DEVYARD_SECURITY" set-keychain-settings -lut 21600 "$kc"
+  "$DEVYARD_SECURITY" unlock-keychain -p "$kcpass" "$kc"
+  "$DEVYARD_SECURITY" import "$DEVYARD_SIGNING_CERTIFICATE" -k "$kc" -P "$certpass" \\
+    -T /usr/bin/codesign -T /usr/bin/security
+  "$DEVYARD_SECURITY" set-key-partition-list -S apple-tool:,apple:,codesign: -s \\
+    -k "$kcpass" "$kc"
+  set -- "$@" "OTHER_CODE_SIGN_FLAGS=--keychain $kc"
+fi
 "$@"
 mkdir -p build/Artifacts
 for app in build/DerivedData/Build/Products/*/*.app; do
@@ -71,6 +90,8 @@ class XcodeTools:
     xcodebuild: str
     xcodegen: str | None
     python: str = sys.executable  # runs the keeper's redact mode
+    security: str | None = None  # the temporary keychain of a signed build (macOS)
+    sandbox_exec: str | None = None  # the build's Seatbelt sandbox (macOS; seatbelt.py)
 
 
 class Secrets:
@@ -78,6 +99,7 @@ class Secrets:
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        self.dirs: list[Path] = []  # the running exec's (one exec at a time)
 
     def write(self, signing: Mapping[str, Any]) -> tuple[dict[str, str], list[str]]:
         """Write *signing*'s material; (the build's ``DEVYARD_SIGNING_*`` variables, the
@@ -119,12 +141,25 @@ class Secrets:
             _write_secret(where / "certificate-password", password.encode())
             env["DEVYARD_SIGNING_PASSWORD_FILE"] = str(where / "certificate-password")
             redact.append(password)
+        if "certificate.p12" in decoded:  # a keychain of its own, deleted after the build
+            keychain_password = random.token_urlsafe(24)
+            _write_secret(where / "keychain-password", keychain_password.encode())
+            env["DEVYARD_KEYCHAIN"] = str(where / KEYCHAIN)
+            env["DEVYARD_KEYCHAIN_PASSWORD_FILE"] = str(where / "keychain-password")
+            redact.append(keychain_password)
+        self.dirs.append(where)
         _write_secret(where / "redact", "\n".join(redact).encode())
         env["DEVYARD_SIGNING_REDACT"] = str(where / "redact")
         return env, redact
 
+    def take(self) -> list[Path]:
+        """The ended exec's directories (it is no longer theirs to keep)."""
+        dirs, self.dirs = self.dirs, []
+        return dirs
+
     def clear(self) -> None:
-        """Remove every exec's signing material (blocking; at each exec's end)."""
+        """Remove every exec's signing material (blocking; with the instance)."""
+        self.dirs = []
         shutil.rmtree(self.root, ignore_errors=True)
 
 
@@ -233,6 +268,7 @@ def plan_xcodebuild(
         signing_env, _ = secrets.write(signing)
         redact = signing_env.pop("DEVYARD_SIGNING_REDACT")
         env.update(signing_env)
+        env["DEVYARD_SECURITY"] = tools.security or ""
         argv = [tools.python, "-I", str(KEEPER), "redact", f"--secrets={redact}", "--", *argv]
     display = "xcodebuild " + " ".join(args)
     artifacts = base.artifacts if "artifacts" in body else ARTIFACTS
