@@ -55,6 +55,8 @@ Keys (file key / environment variable):
     burst               DEVYARD_RATE_LIMIT_BURST    bucket size
     [accounts]          DEVYARD_ACCOUNTS_<KEY>      organizations, invitations, SMTP, DNS
                                                     (keys: devyard/server/accounts/settings.py)
+    [peers]             DEVYARD_PEERS_<KEY>         replica links (docs/replicas.md): replica_id,
+                                                    cluster_secret (never shown); both or none
 
 ``regions`` is a list of tables, one per region, for placement (docs/instances.md)::
 
@@ -77,7 +79,7 @@ import re
 import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
 import attrs
@@ -87,6 +89,9 @@ from .accounts.settings import AccountsConfig
 from .billing import settings as billing_settings
 from .billing.plans import DEFAULT_CATALOG, Catalog, CatalogError, parse_catalog
 from .billing.settings import ProviderConfig
+
+if TYPE_CHECKING:
+    from .edge.peers import PeerConfig
 
 __all__ = [
     "ENV_CONFIG_FILE",
@@ -181,6 +186,8 @@ class ServerConfig:
     # the asset sweep (blobs/service.py): how often, and how long what no row names is kept
     blob_sweep_interval: float = attrs.field(default=60.0, validator=attrs.validators.gt(0))
     blob_orphan_grace: float = attrs.field(default=3600.0, validator=attrs.validators.ge(0))
+    # [peers]: links between server replicas (edge/peers.py, docs/replicas.md); None: one server
+    peers: PeerConfig | None = None
 
     @property
     def tls_enabled(self) -> bool:
@@ -191,6 +198,7 @@ class ServerConfig:
     def tls_dir(self) -> Path:
         """Where ``tls_self_signed`` keeps its CA and certificate."""
         return self.data_dir / "tls"
+
     # [accounts]: organization creation, invitations, SMTP, DNS (accounts/settings.py)
     accounts: AccountsConfig = attrs.field(factory=AccountsConfig)
 
@@ -425,6 +433,8 @@ _PARSERS: Final[dict[str, Callable[[object], Any]]] = {
     "rate_limit.rate": _positive_float,
     "rate_limit.burst": _positive_int,
     **{f"accounts.{key}": parse for key, parse in accounts_settings.PARSERS.items()},
+    "peers.replica_id": _str,
+    "peers.cluster_secret": _str,
 }
 
 
@@ -523,6 +533,7 @@ def load_server_config(
         )
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
+    top.update(_peer_config(values))
     if ("link_tls_cert" in top) != ("link_tls_key" in top):
         raise ConfigError("link_tls_cert and link_tls_key go together (set both or neither)")
     if "link_tls_cert" in top and "link_listen" not in top:
@@ -539,6 +550,20 @@ def load_server_config(
             "when a TLS-terminating proxy is in front (docs/tls.md)"
         )
     return config
+
+
+def _peer_config(values: Mapping[str, object]) -> dict[str, PeerConfig]:
+    """``{"peers": PeerConfig}`` from the ``peers.*`` keys; empty without any."""
+    keys = {k.split(".", 1)[1]: v for k, v in values.items() if k.startswith("peers.")}
+    if not keys:
+        return {}
+    from .edge.peers import PeerConfig  # noqa: PLC0415 - the edge loads only for replicas
+
+    try:
+        return {"peers": PeerConfig(**keys)}  # type: ignore[arg-type]
+    except (TypeError, ValueError) as exc:
+        message = "[peers] needs replica_id and cluster_secret (16+ characters)"
+        raise ConfigError(f"{message}: {exc}") from None
 
 
 def _is_loopback(host: str) -> bool:
