@@ -189,6 +189,8 @@ class PeerLinks:
             await self._handler(peer_id, stream, request)
         except (trio.TooSlowError, RemoteProtocolError, trio.BrokenResourceError) as exc:
             log.info("replica %s: a stream it opened failed: %r", peer_id, exc)
+        except Exception:  # a bug: it ends this stream, never the link and its other streams
+            log.exception("replica %s: a forwarded stream failed", peer_id)
         finally:
             await trio.aclose_forcefully(stream)
 
