@@ -37,7 +37,6 @@ from .edge import DEFAULT_HOST_GRACE, HOST_TOKENS_FILE, HostTokens, open_edge
 from .edge.connectors import DEFAULT_QUICK_GRACE, open_connector_hub
 from .edge.forward import HolderLookup, open_forwarding
 from .edge.gateway import INSTANCES_PREFIX, InstanceGateway
-from .edge.peers import PEER_PATH
 from .edge.rawlinks import RawRoute, open_raw_listeners, serve_raw_links
 from .edge.tokens import RECHECK_INTERVAL, drop_revoked_hosts
 from .hosts import EVENT_BUFFER, Activity, HostEvent
@@ -187,7 +186,7 @@ async def _serve(
             tokens,
             send_events,
             directory,
-            connectors if forwarding is None else forwarding.tunnels(connectors),
+            forwarding.tunnels(connectors),  # replicas: egress into tunnels held elsewhere
             grace=host_grace,
             expected=expected,
         ) as edge,
@@ -214,8 +213,7 @@ async def _serve(
             )
         )
         links: dict[str, RawASGI] = {HOST_PATH: edge, CONNECTOR_PATH: connectors}
-        if forwarding is not None:  # replicas link to each other (docs/replicas.md)
-            links[PEER_PATH] = forwarding.attach(edge, connectors)
+        links.update(forwarding.routes(edge, connectors))  # replicas (docs/replicas.md)
         link_port = None
         raw_link = None
         listeners = None
@@ -256,8 +254,7 @@ async def _serve(
                 CONNECTOR_PATH: connectors.serve_upgrade,
                 INSTANCES_PREFIX: gateway.serve_upgrade,  # adb only, there
             }
-            if forwarding is not None and forwarding.peers is not None:
-                raw_routes[PEER_PATH] = forwarding.peers.serve_upgrade
+            raw_routes.update(forwarding.raw_routes())
             await nursery.start(serve_raw_links, listeners, raw_routes)
         # deletions a crash interrupted finish now (they end instances on linked hosts)
         deletion = OrganizationDeletion(store, service, tunnel_service, state.assets)

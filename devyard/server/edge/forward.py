@@ -39,6 +39,7 @@ from ...core import (
     MuxStream,
     OpenError,
     StreamState,
+    UpgradeRequest,
     accept_open,
     receive_message,
     reject_open,
@@ -52,7 +53,14 @@ from ..store.errors import NotFound
 from ..tunnels import EndReason, TunnelConnections, TunnelStatus
 from .connectors import TunnelDialError, TunnelUnavailable
 from .links import Edge
-from .peers import PeerConfig, PeerLinks, PeerPool, PeerUnavailable, open_peer_pool
+from .peers import (
+    PEER_PATH,
+    PeerConfig,
+    PeerLinks,
+    PeerPool,
+    PeerUnavailable,
+    open_peer_pool,
+)
 
 log = logging.getLogger(__name__)
 
@@ -388,34 +396,43 @@ class ForwardingTunnels:
 
 @attrs.define
 class Forwarding:
-    """What one replica needs to forward and to be forwarded to (built by `open_forwarding`)."""
+    """What one replica needs to forward and to be forwarded to (`open_forwarding`); with no
+    `forwarder` (single-server mode) it changes nothing."""
 
-    config: PeerConfig
-    forwarder: Forwarder
-    tunnel_ids: TunnelIds
-    peers: PeerLinks | None = None  # the route, once `attach` made it
+    config: PeerConfig | None = None
+    forwarder: Forwarder | None = None
+    tunnel_ids: TunnelIds | None = None
+    peers: PeerLinks | None = None  # the route, once `routes` made it
 
-    def tunnels(self, hub: TunnelConnections) -> ForwardingTunnels:
+    def tunnels(self, hub: TunnelConnections) -> TunnelConnections:
         """The hub as the edge's egress uses it: falling back to the tunnel's holder."""
+        if self.forwarder is None or self.tunnel_ids is None:
+            return hub
         return ForwardingTunnels(hub, self.forwarder, self.tunnel_ids)
 
-    def attach(self, edge: Edge, hub: TunnelConnections) -> PeerLinks:
-        """Make *edge* forward, and return the ``/v1/replica-link`` route serving peers' forwards
-        with *edge*'s and *hub*'s own links."""
+    def routes(self, edge: Edge, hub: TunnelConnections) -> dict[str, PeerLinks]:
+        """Make *edge* forward; the ``/v1/replica-link`` route (none in single-server mode),
+        serving peers' forwards with *edge*'s and *hub*'s own links."""
+        if self.config is None or self.forwarder is None:
+            return {}
         edge.forwarder = self.forwarder
         self.peers = PeerLinks(self.config, ForwardServer(edge, hub))
-        return self.peers
+        return {PEER_PATH: self.peers}
+
+    def raw_routes(self) -> dict[str, Callable[[UpgradeRequest], Awaitable[None]]]:
+        """The same route on the raw link port (after `routes`)."""
+        return {} if self.peers is None else {PEER_PATH: self.peers.serve_upgrade}
 
 
 @asynccontextmanager
 async def open_forwarding(
     config: PeerConfig | None, lookup: HolderLookup | None, store: Store
-) -> AsyncIterator[Forwarding | None]:
-    """Forwarding over peer links for the block; None (single-server mode) unless both the
-    peer settings and a holder lookup are given."""
+) -> AsyncIterator[Forwarding]:
+    """Forwarding over peer links for the block; it does nothing (single-server mode) unless
+    both the peer settings and a holder lookup are given."""
     if config is None or lookup is None:
         await trio.lowlevel.checkpoint()
-        yield None
+        yield Forwarding()
         return
     async with open_peer_pool(config) as pool:
         yield Forwarding(config, Forwarder(lookup, pool), store_tunnel_ids(store))
