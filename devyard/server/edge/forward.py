@@ -218,7 +218,11 @@ class Forwarder:
         return True
 
     async def _forward(self, target: str, key: str, inner: dict[str, Any]) -> MuxStream:
-        holder = await self._lookup.holder(target, key)
+        try:
+            holder = await self._lookup.holder(target, key)
+        except Exception as exc:  # the registry is down: as if nobody held the link
+            log.warning("who holds %s %s: the lookup failed", target, key, exc_info=True)
+            raise _NotLinked(f"the holder lookup failed: {type(exc).__name__}") from exc
         if holder is None or holder.replica_id == self._pool.replica_id:
             raise _NotLinked(f"no replica holds {target} {key}")
         stream = await self._pool.open_stream(holder.peer_url)
