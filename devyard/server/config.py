@@ -58,6 +58,8 @@ Keys (file key / environment variable):
     burst               DEVYARD_RATE_LIMIT_BURST    bucket size
     [accounts]          DEVYARD_ACCOUNTS_<KEY>      organizations, invitations, SMTP, DNS
                                                     (keys: devyard/server/accounts/settings.py)
+    [peers]             DEVYARD_PEERS_<KEY>         replica links (docs/replicas.md): replica_id,
+                                                    cluster_secret (never shown); both or none
 
 ``regions`` is a list of tables, one per region, for placement (docs/instances.md)::
 
@@ -80,7 +82,7 @@ import re
 import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import urlsplit
 
 import attrs
@@ -92,6 +94,9 @@ from .billing.plans import DEFAULT_CATALOG, Catalog, CatalogError, parse_catalog
 from .billing.settings import ProviderConfig
 from .blobs import settings as blob_settings
 from .blobs.settings import BlobSettings
+
+if TYPE_CHECKING:
+    from .edge.peers import PeerConfig
 
 __all__ = [
     "ENV_CONFIG_FILE",
@@ -187,6 +192,8 @@ class ServerConfig:
     blob_sweep_interval: float = attrs.field(default=60.0, validator=attrs.validators.gt(0))
     blob_orphan_grace: float = attrs.field(default=3600.0, validator=attrs.validators.ge(0))
     blobs: BlobSettings = attrs.field(factory=BlobSettings)  # [blobs]: blobs/settings.py
+    # [peers]: links between server replicas (edge/peers.py, docs/replicas.md); None: one server
+    peers: PeerConfig | None = None
 
     @property
     def tls_enabled(self) -> bool:
@@ -197,6 +204,7 @@ class ServerConfig:
     def tls_dir(self) -> Path:
         """Where ``tls_self_signed`` keeps its CA and certificate."""
         return self.data_dir / "tls"
+
     # [accounts]: organization creation, invitations, SMTP, DNS (accounts/settings.py)
     accounts: AccountsConfig = attrs.field(factory=AccountsConfig)
 
@@ -432,6 +440,8 @@ _PARSERS: Final[dict[str, Callable[[object], Any]]] = {
     "rate_limit.burst": _positive_int,
     **{f"accounts.{key}": parse for key, parse in accounts_settings.PARSERS.items()},
     **{f"blobs.{key}": parse for key, parse in blob_settings.PARSERS.items()},
+    "peers.replica_id": _str,
+    "peers.cluster_secret": _str,
 }
 
 
@@ -530,7 +540,7 @@ def load_server_config(
         )
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
-    top["blobs"] = _blobs(values, top.get("database_url"))
+    top.update(_sections(values, top.get("database_url")))
     if ("link_tls_cert" in top) != ("link_tls_key" in top):
         raise ConfigError("link_tls_cert and link_tls_key go together (set both or neither)")
     if "link_tls_cert" in top and "link_listen" not in top:
@@ -549,6 +559,11 @@ def load_server_config(
     return config
 
 
+def _sections(values: Mapping[str, object], database_url: str | None) -> dict[str, object]:
+    """The sections parsed by their own modules: ``[blobs]`` and ``[peers]``."""
+    return {"blobs": _blobs(values, database_url), **_peer_config(values)}
+
+
 def _blobs(values: Mapping[str, object], database_url: str | None) -> BlobSettings:
     try:
         return blob_settings.build(
@@ -557,6 +572,18 @@ def _blobs(values: Mapping[str, object], database_url: str | None) -> BlobSettin
         )
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+def _peer_config(values: Mapping[str, object]) -> dict[str, PeerConfig]:
+    """``{"peers": PeerConfig}`` from the ``peers.*`` keys; empty without any."""
+    keys = {k.split(".", 1)[1]: v for k, v in values.items() if k.startswith("peers.")}
+    if not keys:
+        return {}
+    from .edge.peers import PeerConfig  # noqa: PLC0415 - the edge loads only for replicas
+
+    try:
+        return {"peers": PeerConfig(**keys)}  # type: ignore[arg-type]
+    except (TypeError, ValueError) as exc:
+        message = "[peers] needs replica_id and cluster_secret (16+ characters)"
+        raise ConfigError(f"{message}: {exc}") from None
 
 
 def _is_loopback(host: str) -> bool:

@@ -35,6 +35,7 @@ from .builds import BUILD_LOGS_DIR, BuildLogs
 from .config import ServerConfig
 from .edge import DEFAULT_HOST_GRACE, HOST_TOKENS_FILE, HostTokens, open_edge
 from .edge.connectors import DEFAULT_QUICK_GRACE, open_connector_hub
+from .edge.forward import HolderLookup, open_forwarding
 from .edge.gateway import INSTANCES_PREFIX, InstanceGateway
 from .edge.rawlinks import RawRoute, open_raw_listeners, serve_raw_links
 from .edge.tokens import RECHECK_INTERVAL, drop_revoked_hosts
@@ -117,6 +118,7 @@ async def serve_server(
     host_grace: float = DEFAULT_HOST_GRACE,
     quick_grace: float = DEFAULT_QUICK_GRACE,
     host_token_recheck: float = RECHECK_INTERVAL,
+    holders: HolderLookup | None = None,
     task_status: trio.TaskStatus[BoundServer] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Open the store and serve the control API and the edge's host and connector links.
@@ -136,6 +138,7 @@ async def serve_server(
             host_grace=host_grace,
             quick_grace=quick_grace,
             host_token_recheck=host_token_recheck,
+            holders=holders,
             task_status=task_status,
         )
 
@@ -150,6 +153,7 @@ async def _serve(
     quick_grace: float = DEFAULT_QUICK_GRACE,
     host_token_recheck: float = RECHECK_INTERVAL,
     tls: ServerTLS | None = None,
+    holders: HolderLookup | None = None,  # who holds which link (replicas, docs/replicas.md)
     task_status: trio.TaskStatus[BoundServer] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """The API and the edge over an open store, on one port, built top-down: the connector
@@ -180,13 +184,19 @@ async def _serve(
             orphan_grace=config.blob_orphan_grace,
             sweep_interval=config.blob_sweep_interval,
         ) as assets,
+        open_forwarding(config.peers, holders, store) as forwarding,
         open_connector_hub(
             StoreTunnelDirectory(store),
             quick_grace=quick_grace,
             max_connectors=config.max_connectors_per_tunnel,
         ) as connectors,
         open_edge(
-            tokens, send_events, directory, connectors, grace=host_grace, expected=expected
+            tokens,
+            send_events,
+            directory,
+            forwarding.tunnels(connectors),  # replicas: egress into tunnels held elsewhere
+            grace=host_grace,
+            expected=expected,
         ) as edge,
         trio.open_nursery() as nursery,
     ):
@@ -211,6 +221,7 @@ async def _serve(
             )
         )
         links: dict[str, RawASGI] = {HOST_PATH: edge, CONNECTOR_PATH: connectors}
+        links.update(forwarding.routes(edge, connectors))  # replicas (docs/replicas.md)
         link_port = None
         raw_link = None
         listeners = None
@@ -252,6 +263,7 @@ async def _serve(
                 CONNECTOR_PATH: connectors.serve_upgrade,
                 INSTANCES_PREFIX: gateway.serve_upgrade,  # adb only, there
             }
+            raw_routes.update(forwarding.raw_routes())
             await nursery.start(serve_raw_links, listeners, raw_routes)
         # deletions a crash interrupted finish now (they end instances on linked hosts)
         deletion = OrganizationDeletion(store, service, tunnel_service, state.assets)

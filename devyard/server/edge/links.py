@@ -23,7 +23,7 @@ import logging
 from collections.abc import AsyncIterator, Iterable, MutableMapping
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import attrs
 import trio
@@ -75,6 +75,15 @@ class _HelloError(Exception):
     pass
 
 
+class StreamForwarder(Protocol):
+    """Opens instance streams through the replica that holds the host's link
+    (`devyard.server.edge.forward.Forwarder`, docs/replicas.md)."""
+
+    async def open_instance_stream(
+        self, host_id: str, kind: str, instance_id: str, fields: dict[str, Any]
+    ) -> MuxStream: ...
+
+
 @attrs.define
 class _Link:
     host_id: str
@@ -109,6 +118,7 @@ class Edge:
         self._links: dict[str, _Link] = {}
         self._grace_scopes: dict[str, trio.CancelScope] = {}
         self.build_logs: BuildLogSink | None = None  # set by serve.py (docs/builds.md)
+        self.forwarder: StreamForwarder | None = None  # set by serve.py (docs/replicas.md)
 
     def __repr__(self) -> str:
         return f"Edge(hosts={sorted(self._links)})"
@@ -155,7 +165,16 @@ class Edge:
 
         Raises HostUnavailableError when the host is not linked (or its link is going away),
         OpenError when the host refuses (``not-found``: the instance is not running there).
+        A host linked to another replica is reached through it (`forwarder`, when set).
         """
+        if host_id not in self._links and self.forwarder is not None:
+            return await self.forwarder.open_instance_stream(host_id, kind, instance_id, fields)
+        return await self.open_linked_stream(host_id, kind, instance_id, **fields)
+
+    async def open_linked_stream(
+        self, host_id: str, kind: str, instance_id: str, **fields: Any
+    ) -> MuxStream:
+        """`open_instance_stream` over this replica's own link only (never forwarded)."""
         link = self._links.get(host_id)
         if link is None:
             raise HostUnavailableError(f"host {host_id} is not connected")
