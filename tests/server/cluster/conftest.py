@@ -1,0 +1,184 @@
+"""In-process replicas of one cluster on a real PostgreSQL: each has its own pool, its own
+LISTEN connection, a real `Edge` and a `ClusterHosts`; hosts link to an edge over an
+in-memory mux session (`link_host`), speaking the host side of the link protocol."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, cast
+
+import attrs
+import pytest
+import trio
+import trio.testing
+
+from devyard import __version__
+from devyard.core import ControlChannel, open_session
+from devyard.core.link import PROTO
+from devyard.server.cluster.bus import Bus, channel_name, open_bus
+from devyard.server.cluster.hosts import ClusterHosts
+from devyard.server.cluster.settings import ClusterConfig
+from devyard.server.edge import Edge
+from devyard.server.edge.tokens import HostTokens
+from devyard.server.hosts import EVENT_BUFFER, HostEvent, HostInfo, HostLost
+from devyard.server.store.migrate import migrate
+from devyard.server.store.postgres import open_postgres_database
+from devyard.server.store.rows import utc_now
+from devyard.server.store.sql_cluster import SqlCluster
+
+#: heartbeats and refreshes are driven by the tests (`heartbeat`, `reap`, `refresh`)
+MANUAL: ClusterConfig = ClusterConfig(
+    enabled=True, heartbeat_s=3600, replica_ttl_s=60, refresh_s=3600, order_timeout_s=10
+)
+
+
+@attrs.define
+class Replica:
+    replica_id: str
+    cluster: SqlCluster
+    bus: Bus
+    edge: Edge
+    hosts: ClusterHosts
+    lost: list[str]
+    changes: list[tuple[str, str]]
+    changed: trio.Event = attrs.field(factory=trio.Event)
+
+
+@pytest.fixture
+async def cluster_url(postgres_url: str) -> str:
+    async with open_postgres_database(postgres_url, max_connections=1) as db:
+        await migrate(db, clock=utc_now)
+    return postgres_url
+
+
+@asynccontextmanager
+async def open_replica(
+    url: str,
+    replica_id: str,
+    *,
+    grace: float = 30.0,
+    config: ClusterConfig = MANUAL,
+    tmp_path: Path | None = None,
+) -> AsyncIterator[Replica]:
+    async with (
+        open_postgres_database(url, max_connections=4) as db,
+        trio.open_nursery() as nursery,
+    ):
+        cluster = SqlCluster(db)
+        channel = channel_name(await cluster.current_schema())
+        async with open_bus(url, channel, replica_id, cluster) as bus:
+            send, receive = trio.open_memory_channel[HostEvent](EVENT_BUFFER)
+            tokens = HostTokens((tmp_path or Path("/nonexistent")) / "host_tokens")
+            edge = Edge(tokens, send, cast(Any, None), cast(Any, None), nursery, grace=grace)
+            hosts = ClusterHosts(
+                cluster,
+                bus,
+                edge,
+                send,
+                replica_id=replica_id,
+                peer_url=f"https://{replica_id}.peers.test",
+                config=config,
+                grace=grace,
+            )
+            edge.leases = hosts
+            replica = Replica(replica_id, cluster, bus, edge, hosts, [], [])
+
+            async def record(instance_id: str, state: str) -> None:
+                await trio.lowlevel.checkpoint()
+                replica.changes.append((instance_id, state))
+                replica.changed.set()
+
+            hosts.on_instance_changed = record
+
+            async def consume() -> None:
+                async for event in receive:
+                    if isinstance(event, HostLost):
+                        replica.lost.append(event.host_id)
+
+            nursery.start_soon(consume)
+            await nursery.start(hosts.run)
+            yield replica
+            nursery.cancel_scope.cancel()
+
+
+def host_info(
+    host_id: str, capacity: int, *, platforms: tuple[str, ...] = ("android",)
+) -> HostInfo:
+    return HostInfo(
+        id=host_id,
+        name=f"{host_id}.test",
+        region="local",
+        capacity=capacity,
+        running=0,
+        platforms=frozenset(platforms),
+        drivers=frozenset({"virtual"}),
+        version=__version__,
+        connected_at=datetime.now(UTC),
+    )
+
+
+@attrs.define
+class FakeHost:
+    """The host end of a link: what the edge sends it arrives in `received`."""
+
+    control: ControlChannel
+    received: list[dict[str, Any]] = attrs.field(factory=list)
+    unlink: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+
+
+def hello(capacity: int) -> dict[str, Any]:
+    return {
+        "type": "hello",
+        "proto": PROTO,
+        "role": "host",
+        "version": __version__,
+        "hostname": "fake",
+        "region": "local",
+        "capacity": capacity,
+        "platforms": ["android"],
+        "drivers": ["virtual"],
+        "instances": [],
+    }
+
+
+async def _serve_edge_side(
+    edge: Edge, host_id: str, transport: trio.abc.Stream, ended: trio.Event
+) -> None:
+    try:
+        async with open_session(transport, client=False) as session:
+            control = ControlChannel(await session.accept_stream())
+            first = await control.receive()
+            await edge.serve(host_id, session, control, first)
+    except (trio.BrokenResourceError, trio.ClosedResourceError, trio.EndOfChannel):
+        pass
+    finally:
+        ended.set()
+
+
+@asynccontextmanager
+async def link_host(edge: Edge, host_id: str, capacity: int = 4) -> AsyncIterator[FakeHost]:
+    """A host linked to *edge* for the duration of the block (then its link drops)."""
+    host_side, edge_side = trio.testing.memory_stream_pair()
+    ended = trio.Event()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_serve_edge_side, edge, host_id, edge_side, ended)
+        async with open_session(host_side, client=True) as session:
+            control = ControlChannel(await session.open_stream())
+            await control.send(hello(capacity))
+            with trio.fail_after(10):
+                assert (await control.receive())["type"] == "registered"
+            host = FakeHost(control)
+
+            async def receive() -> None:
+                try:
+                    while True:
+                        host.received.append(await control.receive())
+                except (trio.BrokenResourceError, trio.ClosedResourceError, trio.EndOfChannel):
+                    pass
+
+            nursery.start_soon(receive)
+            yield host
+            nursery.cancel_scope.cancel()
