@@ -87,6 +87,8 @@ from .accounts.settings import AccountsConfig
 from .billing import settings as billing_settings
 from .billing.plans import DEFAULT_CATALOG, Catalog, CatalogError, parse_catalog
 from .billing.settings import ProviderConfig
+from .cluster import settings as cluster_settings
+from .cluster.settings import ClusterConfig
 
 __all__ = [
     "ENV_CONFIG_FILE",
@@ -191,8 +193,11 @@ class ServerConfig:
     def tls_dir(self) -> Path:
         """Where ``tls_self_signed`` keeps its CA and certificate."""
         return self.data_dir / "tls"
+
     # [accounts]: organization creation, invitations, SMTP, DNS (accounts/settings.py)
     accounts: AccountsConfig = attrs.field(factory=AccountsConfig)
+    # [cluster]: replicas sharing PostgreSQL (cluster/settings.py, docs/scale-out.md)
+    cluster: ClusterConfig = attrs.field(factory=ClusterConfig)
 
     @property
     def base_url(self) -> str:
@@ -425,6 +430,7 @@ _PARSERS: Final[dict[str, Callable[[object], Any]]] = {
     "rate_limit.rate": _positive_float,
     "rate_limit.burst": _positive_int,
     **{f"accounts.{key}": parse for key, parse in accounts_settings.PARSERS.items()},
+    **{f"cluster.{key}": parse for key, parse in cluster_settings.PARSERS.items()},
 }
 
 
@@ -523,6 +529,7 @@ def load_server_config(
         )
     except ValueError as exc:
         raise ConfigError(str(exc)) from exc
+    top["cluster"] = _cluster(values)
     if ("link_tls_cert" in top) != ("link_tls_key" in top):
         raise ConfigError("link_tls_cert and link_tls_key go together (set both or neither)")
     if "link_tls_cert" in top and "link_listen" not in top:
@@ -539,6 +546,18 @@ def load_server_config(
             "when a TLS-terminating proxy is in front (docs/tls.md)"
         )
     return config
+
+
+def _cluster(values: Mapping[str, object]) -> ClusterConfig:
+    try:
+        cluster = cluster_settings.build(
+            {k.split(".", 1)[1]: v for k, v in values.items() if k.startswith("cluster.")}
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    if cluster.enabled and not str(values.get("database_url", "")).startswith("postgres"):
+        raise ConfigError("cluster.enabled needs a PostgreSQL database_url (docs/scale-out.md)")
+    return cluster
 
 
 def _is_loopback(host: str) -> bool:

@@ -32,6 +32,7 @@ from .blobs import LocalBlobStore
 from .blobs.service import AssetBlobs
 from .bootstrap import FirstStart, bootstrap_organization, first_start
 from .builds import BUILD_LOGS_DIR, BuildLogs
+from .cluster.serve import clustered, run_cluster, wire_service
 from .config import ServerConfig
 from .edge import DEFAULT_HOST_GRACE, HOST_TOKENS_FILE, HostTokens, open_edge
 from .edge.connectors import DEFAULT_QUICK_GRACE, open_connector_hub
@@ -178,20 +179,29 @@ async def _serve(
             max_connectors=config.max_connectors_per_tunnel,
         ) as connectors,
         open_edge(
-            tokens, send_events, directory, connectors, grace=host_grace, expected=expected
+            tokens,
+            send_events,
+            directory,
+            connectors,
+            grace=host_grace,
+            expected=() if clustered(config) else expected,  # a cluster keeps leases instead
         ) as edge,
         trio.open_nursery() as nursery,
     ):
         tunnel_service = TunnelService(store, connectors)
+        registry = await nursery.start(  # the edge itself unless [cluster] (docs/scale-out.md)
+            partial(run_cluster, config, edge, connectors, send_events, expected, host_grace)
+        )
         service = InstanceService(
             store,
-            edge,
+            registry,
             events=receive_events,
             tunnels=connectors,
             activity=activity,
             regions=config.regions,
             home_region=config.region,
         )
+        wire_service(registry, service)
         await nursery.start(service.run)
         nursery.start_soon(
             partial(
