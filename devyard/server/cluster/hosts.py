@@ -202,6 +202,9 @@ class ClusterHosts:
             if lease is not None:
                 self._cache[host_id] = attrs.evolve(lease, used=max(0, lease.used - 1))
 
+    async def reserved_on(self, key: str) -> str | None:
+        return await self._cluster.reserved_on(key)
+
     async def instance_changed(self, instance_id: str, state: str) -> None:
         await self._bus.publish(Topic.INSTANCE, instance_id=instance_id, state=state)
 

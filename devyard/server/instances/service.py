@@ -27,7 +27,7 @@ import logging
 import secrets
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Final, NoReturn, Protocol, runtime_checkable
+from typing import Any, Final, NoReturn, Protocol
 
 import attrs
 import trio
@@ -61,6 +61,7 @@ from .requests import (
     os_version,
     placement_request,
 )
+from .shared import SharedRegistry
 
 log = logging.getLogger(__name__)
 
@@ -71,28 +72,7 @@ class TunnelStatusSource(Protocol):
     def status(self, org_id: str, name: str) -> Any: ...
 
 
-@runtime_checkable
-class SharedRegistry(Protocol):
-    """A `HostRegistry` whose capacity lives in the shared store (several server replicas,
-    ``cluster.hosts.ClusterHosts``, docs/scale-out.md): a slot is reserved atomically there
-    instead of held in this process's memory, and state changes are told to the other
-    replicas (which call `InstanceService.on_instance_changed`)."""
-
-    async def reserve(self, key: str, host_ids: Sequence[str]) -> str | None:
-        """A slot for *key* on the first of *host_ids* with room (moving *key*'s slot if it
-        has one); the host, or None when none has room."""
-        ...
-
-    async def rebind(self, old_key: str, new_key: str) -> None: ...
-
-    async def release(self, key: str) -> None:
-        """Idempotent."""
-        ...
-
-    async def instance_changed(self, instance_id: str, state: str) -> None: ...
-
-
-__all__ = ["EmptyRegistry", "InstanceService", "NewInstance", "SharedRegistry"]
+__all__ = ["EmptyRegistry", "InstanceService", "NewInstance"]
 
 INSTANCE_TOKEN_PREFIX: Final = "dyi"  # noqa: S105 - a prefix, not a secret
 STREAM_TOKEN_PREFIX: Final = "dys"  # noqa: S105 - a prefix, not a secret
@@ -524,6 +504,8 @@ class InstanceService:
         # Where its order is going, read before the row: a delivery that completes meanwhile
         # has written the host into the row by the time the row is read.
         delivering = self._delivering.get(event.instance_id)
+        if delivering is None and self._shared is not None:  # perhaps ordered by another replica
+            delivering = await self._shared.reserved_on(event.instance_id)
         try:
             instance = await self._store.get_instance(event.instance_id)
         except store_errors.NotFound:

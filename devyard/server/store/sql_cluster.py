@@ -345,6 +345,14 @@ class SqlCluster:
 
         return await self._db.write(release)
 
+    async def reserved_on(self, key: str) -> str | None:
+        row = await self._db.read(
+            lambda tx: tx.fetchone(
+                "SELECT host_id FROM capacity_reservations WHERE holder_key = :key", {"key": key}
+            )
+        )
+        return None if row is None else str(row["host_id"])
+
     async def reservations(self, host_id: str) -> int:
         row = await self._db.read(
             lambda tx: tx.fetchone(

@@ -24,6 +24,8 @@ from devyard.server.cluster.settings import ClusterConfig
 from devyard.server.edge import Edge
 from devyard.server.edge.tokens import HostTokens
 from devyard.server.hosts import EVENT_BUFFER, HostEvent, HostInfo, HostLost
+from devyard.server.instances import InstanceService
+from devyard.server.store import Store
 from devyard.server.store.migrate import migrate
 from devyard.server.store.postgres import open_postgres_database
 from devyard.server.store.rows import utc_now
@@ -45,6 +47,7 @@ class Replica:
     lost: list[str]
     changes: list[tuple[str, str]]
     changed: trio.Event = attrs.field(factory=trio.Event)
+    service: InstanceService | None = None
 
 
 @pytest.fixture
@@ -62,7 +65,9 @@ async def open_replica(
     grace: float = 30.0,
     config: ClusterConfig = MANUAL,
     tmp_path: Path | None = None,
+    store: Store | None = None,
 ) -> AsyncIterator[Replica]:
+    """With *store*, a real `InstanceService` consumes the replica's host events."""
     async with (
         open_postgres_database(url, max_connections=4) as db,
         trio.open_nursery() as nursery,
@@ -98,7 +103,12 @@ async def open_replica(
                     if isinstance(event, HostLost):
                         replica.lost.append(event.host_id)
 
-            nursery.start_soon(consume)
+            if store is None:
+                nursery.start_soon(consume)
+            else:
+                replica.service = InstanceService(store, hosts, events=receive)
+                hosts.on_instance_changed = replica.service.on_instance_changed
+                await nursery.start(replica.service.run)
             await nursery.start(hosts.run)
             yield replica
             nursery.cancel_scope.cancel()
