@@ -188,20 +188,20 @@ async def _serve(
         ) as edge,
         trio.open_nursery() as nursery,
     ):
-        tunnel_service = TunnelService(store, connectors)
-        registry = await nursery.start(  # the edge itself unless [cluster] (docs/scale-out.md)
-            partial(run_cluster, config, edge, connectors, send_events, expected, host_grace)
+        parts = await nursery.start(  # the edge and hub themselves unless [cluster]
+            partial(run_cluster, config, store, edge, connectors, send_events, expected, host_grace)
         )
+        tunnel_service = TunnelService(store, parts.tunnels)
         service = InstanceService(
             store,
-            registry,
+            parts.registry,
             events=receive_events,
-            tunnels=connectors,
+            tunnels=parts.tunnels,
             activity=activity,
             regions=config.regions,
             home_region=config.region,
         )
-        wire_service(registry, service)
+        wire_service(parts.registry, service)
         await nursery.start(service.run)
         nursery.start_soon(
             partial(

@@ -27,6 +27,7 @@ Theory of operation (docs/scale-out.md).
 
 from __future__ import annotations
 
+import json
 import logging
 import secrets
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -41,6 +42,7 @@ from ..edge.links import Edge
 from ..hosts import HostEvent, HostInfo, HostLost, HostUnavailableError, InstanceOrder
 from ..store.cluster import HostLease
 from ..store.sql_cluster import SqlCluster
+from ..tunnels import ConnectorInfo
 from . import metrics
 from .bus import Bus, Event, PayloadTooLarge, Topic
 from .settings import ClusterConfig
@@ -89,7 +91,9 @@ class ClusterHosts:
         self._pending: dict[str, _Pending] = {}
         self._order_slots = trio.Semaphore(_ORDER_SENDS)
         self._connectors_changed = trio.Event()
-        self._claimed_tunnels: set[str] = set()
+        self._claimed_tunnels: dict[str, str] = {}  # tunnel id -> its active connector's id
+        # tunnels whose active connector is on some replica: (org id, name) -> (replica, info)
+        self.connectors: dict[tuple[str, str], tuple[str, ConnectorInfo]] = {}
         self.hub: ConnectorHub | None = None  # whose active connectors are registered
         # the instances service's handler of other replicas' instance changes (serve.py)
         self.on_instance_changed: Callable[[str, str], Awaitable[None]] | None = None
@@ -220,22 +224,23 @@ class ClusterHosts:
             await trio.lowlevel.checkpoint()
             return
         active = hub.active_tunnels()
-        for tunnel_id in sorted(active - self._claimed_tunnels):
+        for tunnel_id, (tunnel, connector) in sorted(active.items()):
+            if self._claimed_tunnels.get(tunnel_id) == connector.id:
+                continue
+            info = connector_info_json(tunnel.org_id, tunnel.name, connector)
+            notice = self._bus.notice(Topic.CONNECTOR, key=tunnel_id, change="attached")
             await self._cluster.claim_link(
-                "connector",
-                tunnel_id,
-                self.replica_id,
-                [self._bus.notice(Topic.CONNECTOR, key=tunnel_id, change="attached")],
+                "connector", tunnel_id, self.replica_id, [notice], info=info
             )
-            self._claimed_tunnels.add(tunnel_id)
-        for tunnel_id in sorted(self._claimed_tunnels - active):
+            self._claimed_tunnels[tunnel_id] = connector.id
+        for tunnel_id in sorted(set(self._claimed_tunnels) - set(active)):
             await self._cluster.release_link(
                 "connector",
                 tunnel_id,
                 self.replica_id,
                 [self._bus.notice(Topic.CONNECTOR, key=tunnel_id, change="detached")],
             )
-            self._claimed_tunnels.discard(tunnel_id)
+            del self._claimed_tunnels[tunnel_id]
 
     async def _connectors_loop(self) -> None:
         while True:
@@ -250,6 +255,13 @@ class ClusterHosts:
         """Reread the lease rows into the cache `hosts` answers from."""
         leases = await self._cluster.host_leases()
         self._cache = {lease.host_id: lease for lease in leases}
+        connectors = {}
+        for _, replica, info in await self._cluster.links("connector"):
+            try:
+                connectors[(str(info["org_id"]), str(info["name"]))] = (replica, _connector(info))
+            except (KeyError, TypeError, ValueError):
+                continue  # a row without its tunnel's identity: not shown
+        self.connectors = connectors
 
     async def heartbeat(self) -> None:
         """One pass: renew this replica's lease and its hosts' leases, then reap what ran
@@ -309,7 +321,7 @@ class ClusterHosts:
             await self.refresh()
             async with (
                 self._bus.subscribe(
-                    [Topic.HOST, Topic.ORDER, Topic.ORDER_DONE, Topic.INSTANCE]
+                    [Topic.HOST, Topic.CONNECTOR, Topic.ORDER, Topic.ORDER_DONE, Topic.INSTANCE]
                 ) as subscription,
                 trio.open_nursery() as nursery,
             ):
@@ -342,8 +354,8 @@ class ClusterHosts:
                 subscription.resync = False
                 self._dirty.set()
             fields = event.fields
-            if event.topic == Topic.HOST:
-                if event.sender != self.replica_id:
+            if event.topic in (Topic.HOST, Topic.CONNECTOR):
+                if event.sender != self.replica_id or event.topic == Topic.CONNECTOR:
                     self._dirty.set()
             elif event.topic == Topic.ORDER and fields.get("to") == self.replica_id:
                 await self._order_slots.acquire()
@@ -404,6 +416,30 @@ async def _contained(fn: Callable[[], Awaitable[Any]], what: str) -> None:
         await fn()
     except Exception:  # the database may be away; the loop must survive it
         log.exception("cluster: %s failed", what)
+
+
+def connector_info_json(org_id: str, name: str, connector: ConnectorInfo) -> str:
+    return json.dumps(
+        {
+            "org_id": org_id,
+            "name": name,
+            "id": connector.id,
+            "hostname": connector.hostname,
+            "version": connector.version,
+            "os": connector.os,
+            "connected_since": connector.connected_since.isoformat(),
+        }
+    )
+
+
+def _connector(info: dict[str, Any]) -> ConnectorInfo:
+    return ConnectorInfo(
+        id=str(info["id"]),
+        hostname=str(info["hostname"]),
+        version=str(info["version"]),
+        os=str(info["os"]),
+        connected_since=datetime.fromisoformat(str(info["connected_since"])),
+    )
 
 
 def _lease(info: HostInfo, holder: str) -> HostLease:

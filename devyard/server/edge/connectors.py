@@ -178,9 +178,13 @@ class ConnectorHub:
 
     # ---- what the service and the instances use ----------------------------------------------
 
-    def active_tunnels(self) -> set[str]:
-        """The ids of the tunnels whose active connector is linked here."""
-        return {tid for tid, entry in self._tunnels.items() if entry.active is not None}
+    def active_tunnels(self) -> dict[str, tuple[Tunnel, ConnectorInfo]]:
+        """The tunnels whose active connector is linked here, by id, with that connector."""
+        return {
+            tid: (entry.tunnel, entry.active.info)
+            for tid, entry in self._tunnels.items()
+            if entry.active is not None
+        }
 
     def _active_changed(self) -> None:
         if self.on_active_changed is not None:

@@ -42,6 +42,7 @@ CLUSTER_STATEMENTS: Final[tuple[str, ...]] = (
         kind       TEXT NOT NULL CHECK (kind IN ('host', 'connector')),
         key        TEXT NOT NULL,
         replica_id TEXT NOT NULL,
+        info       TEXT NOT NULL DEFAULT '{{}}',
         since      {timestamp} NOT NULL,
         PRIMARY KEY (kind, key)
     )

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from typing import Final
+from typing import Any, Final
 
 from .cluster import HostLease, ReplicaRow
 from .database import Database, Row, Tx, as_datetime
@@ -251,13 +251,34 @@ class SqlCluster:
     # ---- the registry of who holds what ------------------------------------------------------
 
     async def claim_link(
-        self, kind: str, key: str, replica_id: str, notices: Sequence[Notice] = ()
+        self,
+        kind: str,
+        key: str,
+        replica_id: str,
+        notices: Sequence[Notice] = (),
+        *,
+        info: str = "{}",
     ) -> None:
+        """*info*: what other replicas may show of the link (JSON; a connector's tunnel and
+        identity)."""
+
         def claim(tx: Tx) -> None:
-            _claim_link(tx, kind, key, replica_id)
+            _claim_link(tx, kind, key, replica_id, info)
             _notify(tx, notices)
 
         await self._db.write(claim)
+
+    async def links(self, kind: str) -> list[tuple[str, str, dict[str, Any]]]:
+        """(key, replica, info) of every link of *kind* held by a live replica."""
+        rows = await self._db.read(
+            lambda tx: tx.fetchall(
+                "SELECT h.key, h.replica_id, h.info FROM link_holders h"
+                " JOIN cluster_replicas r ON r.replica_id = h.replica_id"
+                " WHERE h.kind = :kind AND r.expires_at > now() ORDER BY h.key",
+                {"kind": kind},
+            )
+        )
+        return [(str(r["key"]), str(r["replica_id"]), json.loads(r["info"])) for r in rows]
 
     async def release_link(
         self, kind: str, key: str, replica_id: str, notices: Sequence[Notice] = ()
@@ -372,10 +393,11 @@ class SqlCluster:
         return "public" if row is None or row["s"] is None else str(row["s"])
 
 
-def _claim_link(tx: Tx, kind: str, key: str, replica_id: str) -> None:
+def _claim_link(tx: Tx, kind: str, key: str, replica_id: str, info: str = "{}") -> None:
     tx.execute(
-        "INSERT INTO link_holders (kind, key, replica_id, since) VALUES (:kind, :key, :me, now())"
+        "INSERT INTO link_holders (kind, key, replica_id, info, since)"
+        " VALUES (:kind, :key, :me, :info, now())"
         " ON CONFLICT (kind, key) DO UPDATE SET replica_id = EXCLUDED.replica_id,"
-        " since = EXCLUDED.since",
-        {"kind": kind, "key": key, "me": replica_id},
+        " info = EXCLUDED.info, since = EXCLUDED.since",
+        {"kind": kind, "key": key, "me": replica_id, "info": info},
     )

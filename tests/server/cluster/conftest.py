@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
 
@@ -21,11 +21,15 @@ from devyard.core.link import PROTO
 from devyard.server.cluster.bus import Bus, channel_name, open_bus
 from devyard.server.cluster.hosts import ClusterHosts
 from devyard.server.cluster.settings import ClusterConfig
+from devyard.server.cluster.tunnels import ClusterTunnels
 from devyard.server.edge import Edge
+from devyard.server.edge.connectors import ConnectorHub, open_connector_hub
 from devyard.server.edge.tokens import HostTokens
 from devyard.server.hosts import EVENT_BUFFER, HostEvent, HostInfo, HostLost
 from devyard.server.instances import InstanceService
 from devyard.server.store import Store
+from devyard.server.store.base import Tunnel
+from devyard.server.store.errors import NotFound
 from devyard.server.store.migrate import migrate
 from devyard.server.store.postgres import open_postgres_database
 from devyard.server.store.rows import utc_now
@@ -48,6 +52,8 @@ class Replica:
     changes: list[tuple[str, str]]
     changed: trio.Event = attrs.field(factory=trio.Event)
     service: InstanceService | None = None
+    hub: ConnectorHub | None = None
+    tunnels: ClusterTunnels | None = None
 
 
 @pytest.fixture
@@ -70,6 +76,7 @@ async def open_replica(
     """With *store*, a real `InstanceService` consumes the replica's host events."""
     async with (
         open_postgres_database(url, max_connections=4) as db,
+        open_connector_hub(cast(Any, None)) as hub,
         trio.open_nursery() as nursery,
     ):
         cluster = SqlCluster(db)
@@ -89,7 +96,11 @@ async def open_replica(
                 grace=grace,
             )
             edge.leases = hosts
-            replica = Replica(replica_id, cluster, bus, edge, hosts, [], [])
+            hosts.hub = hub
+            hub.on_active_changed = hosts.connectors_changed
+            replica = Replica(replica_id, cluster, bus, edge, hosts, [], [], hub=hub)
+            replica.tunnels = ClusterTunnels(hub, hosts, bus, _no_tunnels)
+            await nursery.start(replica.tunnels.run)
 
             async def record(instance_id: str, state: str) -> None:
                 await trio.lowlevel.checkpoint()
@@ -112,6 +123,11 @@ async def open_replica(
             await nursery.start(hosts.run)
             yield replica
             nursery.cancel_scope.cancel()
+
+
+async def _no_tunnels(org_id: str, name: str) -> Tunnel:
+    await trio.lowlevel.checkpoint()
+    raise NotFound("tunnel", name)
 
 
 def host_info(
@@ -191,4 +207,58 @@ async def link_host(edge: Edge, host_id: str, capacity: int = 4) -> AsyncIterato
 
             nursery.start_soon(receive)
             yield host
+            nursery.cancel_scope.cancel()
+
+
+def tunnel(name: str = "corp", *, selectors: tuple[str, ...] = ("*.corp.test:443",)) -> Tunnel:
+    now = datetime.now(UTC)
+    return Tunnel(
+        id=f"tun_{name}",
+        org_id="org_1",
+        name=name,
+        selectors=selectors,
+        selector_version=1,
+        ephemeral=False,
+        token_lookup=f"lookup_{name}",
+        token_expires_at=now + timedelta(days=30),
+        token_issued_at=now,
+        created_at=now,
+    )
+
+
+async def _serve_hub_side(hub: ConnectorHub, record: Tunnel, transport: trio.abc.Stream) -> None:
+    try:
+        async with open_session(transport, client=False) as session:
+            control = ControlChannel(await session.accept_stream())
+            first = await control.receive()
+            await hub.serve(record, session, control, first)
+    except (trio.BrokenResourceError, trio.ClosedResourceError, trio.EndOfChannel):
+        pass
+
+
+@asynccontextmanager
+async def link_connector(hub: ConnectorHub, record: Tunnel) -> AsyncIterator[FakeHost]:
+    """A connector of *record* linked to *hub* for the duration of the block."""
+    connector_side, hub_side = trio.testing.memory_stream_pair()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_serve_hub_side, hub, record, hub_side)
+        async with open_session(connector_side, client=True) as session:
+            control = ControlChannel(await session.open_stream())
+            await control.send(
+                {"type": "hello", "proto": PROTO, "id": "conn_1", "hostname": "c", "os": "linux"}
+            )
+            with trio.fail_after(10):
+                registered = await control.receive()
+            assert registered["type"] == "registered" and registered["role"] == "active"
+            connector = FakeHost(control)
+
+            async def receive() -> None:
+                try:
+                    while True:
+                        connector.received.append(await control.receive())
+                except (trio.BrokenResourceError, trio.ClosedResourceError, trio.EndOfChannel):
+                    pass
+
+            nursery.start_soon(receive)
+            yield connector
             nursery.cancel_scope.cancel()

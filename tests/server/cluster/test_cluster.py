@@ -8,14 +8,23 @@ from collections import Counter
 from datetime import datetime
 from pathlib import Path
 
+import attrs
 import pytest
 import trio
 
 from devyard.server.cluster.bus import Topic
 from devyard.server.cluster.registry import Holder, HolderLookup, Holders
 from devyard.server.hosts import HostUnavailableError, InstanceOrder
+from devyard.server.tunnels import EndReason
 from tests.polling import eventually, until
-from tests.server.cluster.conftest import Replica, host_info, link_host, open_replica
+from tests.server.cluster.conftest import (
+    Replica,
+    host_info,
+    link_connector,
+    link_host,
+    open_replica,
+    tunnel,
+)
 
 pytestmark = pytest.mark.postgres
 
@@ -214,3 +223,39 @@ async def test_an_expired_replica_loses_what_it_held(cluster_url: str) -> None:
 
 async def _holder_is_none(replica: Replica, host_id: str) -> bool:
     return await Holders(replica.cluster).holder("host", host_id) is None
+
+
+async def test_a_tunnel_held_on_one_replica_is_online_and_changed_from_another(
+    cluster_url: str,
+) -> None:
+    corp = tunnel("corp")
+    async with (
+        open_replica(cluster_url, "r0") as r0,
+        open_replica(cluster_url, "r1") as r1,
+    ):
+        assert r0.tunnels is not None and r1.tunnels is not None and r1.hub is not None
+        assert not r0.tunnels.status("org_1", "corp").online
+        async with link_connector(r1.hub, corp) as connector:
+            await until(lambda: _connector_holder_is(r0, corp.id, "r1"))
+            tunnels = r0.tunnels
+            await eventually(lambda: tunnels.status("org_1", "corp").online)
+            active = tunnels.status("org_1", "corp").active
+            assert active is not None and active.id == "conn_1"
+            # a selector edit made through r0 reaches the connector linked to r1
+            edited = attrs.evolve(corp, selectors=("*.corp.test:8443",), selector_version=2)
+            await tunnels.on_tunnel_changed(edited)
+            await eventually(lambda: any(m["type"] == "config" for m in connector.received))
+            config = next(m for m in connector.received if m["type"] == "config")
+            assert "*.corp.test:8443" in str(config["selectors"])
+            # a rotation through r0 ends it there too
+            await tunnels.on_tunnel_ended(corp, EndReason.ROTATED)
+            await eventually(lambda: any(m["type"] == "error" for m in connector.received))
+            error = next(m for m in connector.received if m["type"] == "error")
+            assert (error["code"], error["permanent"]) == ("token-rotated", True)
+        await eventually(lambda: not tunnels.status("org_1", "corp").online)
+        assert await Holders(r0.cluster).holder("connector", corp.id) is None
+
+
+async def _connector_holder_is(replica: Replica, tunnel_id: str, replica_id: str) -> bool:
+    holder = await Holders(replica.cluster).holder("connector", tunnel_id)
+    return holder is not None and holder.replica_id == replica_id
