@@ -131,6 +131,7 @@ class Bus:
         self._cluster = cluster
         self._subscribers: list[Subscription] = []
         self.listening = trio.Event()  # set once the first LISTEN is in place
+        self.backend_pid: int | None = None  # the LISTEN connection's server process
 
     def notice(self, topic: str, **fields: Any) -> Notice:
         """An event to publish inside a `SqlCluster` transaction."""
@@ -184,6 +185,7 @@ class Bus:
                     partial(_listen, self._url, self.channel), abandon_on_cancel=True
                 )
                 backoff.succeeded(trio.current_time())
+                self.backend_pid = conn.info.backend_pid
                 if started:
                     metrics.NOTIFY_RECONNECTS.inc()
                     self._resync_all()  # what was sent while we were away is lost

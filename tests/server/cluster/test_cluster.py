@@ -15,6 +15,7 @@ import trio
 from devyard.server.cluster.bus import Topic
 from devyard.server.cluster.registry import Holder, HolderLookup, Holders
 from devyard.server.hosts import HostUnavailableError, InstanceOrder
+from devyard.server.metrics import REGISTRY
 from devyard.server.tunnels import EndReason
 from tests.polling import eventually, until
 from tests.server.cluster.conftest import (
@@ -111,10 +112,12 @@ async def test_an_unrenewed_host_lease_is_reaped_by_exactly_one_replica(
             async with trio.open_nursery() as nursery:
                 for replica in replicas:
                     nursery.start_soon(reap, replica)
+        expiries = _sample_labels("devyard_cluster_lease_expiries_total", kind="host")
         winners = [r for r in replicas if r.lost]
         assert len(winners) == 1 and winners[0].lost == ["host_x"], "HostLost once"
         await eventually(lambda: sum(len(r.lost) for r in replicas) == 1)
         assert await r1.cluster.reservations("host_x") == 0, "its reservations went with it"
+        assert expiries >= 1
 
 
 async def _expired(replica: Replica, host_id: str) -> bool:
@@ -259,3 +262,33 @@ async def test_a_tunnel_held_on_one_replica_is_online_and_changed_from_another(
 async def _connector_holder_is(replica: Replica, tunnel_id: str, replica_id: str) -> bool:
     holder = await Holders(replica.cluster).holder("connector", tunnel_id)
     return holder is not None and holder.replica_id == replica_id
+
+
+async def test_the_bus_reconnects_after_its_connection_is_killed(cluster_url: str) -> None:
+    async with (
+        open_replica(cluster_url, "r0") as r0,
+        open_replica(cluster_url, "r1") as r1,
+        r1.bus.subscribe([Topic.TUNNEL]) as subscription,
+    ):
+        killed = r1.bus.backend_pid
+        assert killed is not None
+        await r0.cluster.notify([])  # the pool is up
+        await r0.cluster._db.write(
+            lambda tx: tx.fetchone("SELECT pg_terminate_backend(:pid) AS ok", {"pid": killed})
+        )
+        await eventually(lambda: r1.bus.backend_pid not in (None, killed))
+        assert subscription.resync, "what was sent while away is lost: resynchronize"
+        before = _sample("devyard_cluster_notify_reconnects_total")
+        await r0.bus.publish(Topic.TUNNEL, change="after")
+        with trio.fail_after(10):
+            event = await subscription.receive.receive()
+        assert event.fields["change"] == "after"
+        assert before >= 1
+
+
+def _sample(name: str) -> float:
+    return REGISTRY.get_sample_value(name) or 0.0
+
+
+def _sample_labels(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
