@@ -52,6 +52,7 @@ log = logging.getLogger(__name__)
 __all__ = ["ClusterHosts"]
 
 _ORDER_SENDS: Final = 64  # orders from other replicas being sent on local links at once
+_ORDERS_REMEMBERED: Final = 4096  # when orders from other replicas went out (reconciliation)
 
 
 @attrs.define
@@ -90,6 +91,7 @@ class ClusterHosts:
         self._dirty = trio.Event()
         self._pending: dict[str, _Pending] = {}
         self._order_slots = trio.Semaphore(_ORDER_SENDS)
+        self._ordered_at: dict[str, float] = {}  # instance id -> when its order went out here
         self._connectors_changed = trio.Event()
         self._claimed_tunnels: dict[str, str] = {}  # tunnel id -> its active connector's id
         # tunnels whose active connector is on some replica: (org id, name) -> (replica, info)
@@ -208,6 +210,9 @@ class ClusterHosts:
 
     async def reserved_on(self, key: str) -> str | None:
         return await self._cluster.reserved_on(key)
+
+    def ordered_at(self, instance_id: str) -> float | None:
+        return self._ordered_at.get(instance_id)
 
     async def instance_changed(self, instance_id: str, state: str) -> None:
         await self._bus.publish(Topic.INSTANCE, instance_id=instance_id, state=state)
@@ -390,6 +395,10 @@ class ClusterHosts:
             try:
                 order = _order(fields["order"])
                 await self._edge.start_instance(host_id, order)
+                # a host's registration handled after this must not end the instance
+                self._ordered_at[order.instance_id] = trio.current_time()
+                while len(self._ordered_at) > _ORDERS_REMEMBERED:
+                    del self._ordered_at[next(iter(self._ordered_at))]
             except HostUnavailableError as exc:
                 error = str(exc)
             except (KeyError, TypeError, ValueError) as exc:

@@ -484,6 +484,8 @@ class InstanceService:
             return
         for instance in await self._store.list_live_instances(host_id=event.host_id):
             ordered = self._ordered_at.get(instance.id)
+            if ordered is None and self._shared is not None:  # sent by another replica
+                ordered = self._shared.ordered_at(instance.id)
             if instance.id in event.instances or (ordered is not None and ordered >= event.at):
                 continue
             log.warning("host %s no longer runs %s", event.host_id, instance.id)
