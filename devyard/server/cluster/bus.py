@@ -27,10 +27,10 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
-from functools import partial
 from typing import Any, Final
 
 import attrs
@@ -181,9 +181,7 @@ class Bus:
         while True:
             conn: psycopg.Connection[Any] | None = None
             try:
-                conn = await trio.to_thread.run_sync(
-                    partial(_listen, self._url, self.channel), abandon_on_cancel=True
-                )
+                conn = await _connect(self._url, self.channel)
                 backoff.succeeded(trio.current_time())
                 self.backend_pid = conn.info.backend_pid
                 if started:
@@ -214,6 +212,44 @@ class Bus:
                 raise psycopg.OperationalError("the LISTEN connection broke")
             while (notify := pgconn.notifies()) is not None:
                 self._dispatch(notify.extra.decode())
+
+
+@attrs.define
+class _Handoff:
+    """A connection made in a worker thread that the trio side may have stopped waiting for:
+    whichever side comes second closes it, so a cancelled connect leaks nothing."""
+
+    lock: threading.Lock = attrs.field(factory=threading.Lock)
+    abandoned: bool = False
+    conn: psycopg.Connection[Any] | None = None
+
+    def deliver(self, conn: psycopg.Connection[Any]) -> None:
+        with self.lock:
+            if self.abandoned:
+                conn.close()
+            else:
+                self.conn = conn
+
+    def abandon(self) -> None:
+        with self.lock:
+            self.abandoned = True
+            if self.conn is not None:
+                self.conn.close()
+
+
+async def _connect(url: str, channel: str) -> psycopg.Connection[Any]:
+    handoff = _Handoff()
+
+    def work() -> psycopg.Connection[Any]:
+        conn = _listen(url, channel)
+        handoff.deliver(conn)
+        return conn
+
+    try:
+        return await trio.to_thread.run_sync(work, abandon_on_cancel=True)
+    except trio.Cancelled:
+        handoff.abandon()
+        raise
 
 
 def _listen(url: str, channel: str) -> psycopg.Connection[Any]:

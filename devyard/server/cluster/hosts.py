@@ -41,6 +41,7 @@ from ..edge.connectors import ConnectorHub
 from ..edge.links import Edge
 from ..hosts import HostEvent, HostInfo, HostLost, HostUnavailableError, InstanceOrder
 from ..store.cluster import HostLease
+from ..store.errors import StoreError
 from ..store.sql_cluster import SqlCluster
 from ..tunnels import ConnectorInfo
 from . import metrics
@@ -119,7 +120,10 @@ class ClusterHosts:
         if self._linked_here(host_id):
             await self._edge.start_instance(host_id, order)
             return
-        holder = await self._holder_of(host_id)
+        try:
+            holder = await self._holder_of(host_id)
+        except StoreError as exc:
+            raise HostUnavailableError(f"host {host_id}: no registry ({exc})") from exc
         if holder is None or holder == self.replica_id:
             raise HostUnavailableError(f"host {host_id} is not linked to any replica")
         order_id = secrets.token_hex(8)
@@ -134,12 +138,15 @@ class ClusterHosts:
                     order_id=order_id,
                     order=attrs.asdict(order),
                 )
-            except PayloadTooLarge as exc:
+            except (PayloadTooLarge, StoreError) as exc:
                 raise HostUnavailableError(f"host {host_id} is on another replica: {exc}") from exc
             with trio.move_on_after(self._config.order_timeout_s):
                 await pending.done.wait()
         finally:
             del self._pending[order_id]
+        if not pending.done.is_set():  # no answer: the order may still arrive; take it back
+            with trio.move_on_after(self._config.order_timeout_s, shield=True):
+                await self.stop_instance(host_id, order.instance_id)
         if pending.error is not None:
             raise HostUnavailableError(f"host {host_id} (on replica {holder}): {pending.error}")
 
@@ -147,12 +154,15 @@ class ClusterHosts:
         if self._linked_here(host_id):
             await self._edge.stop_instance(host_id, instance_id)
             return
-        holder = await self._holder_of(host_id)
-        if holder is None or holder == self.replica_id:
-            return  # a host that is gone is not an error
-        await self._bus.publish(
-            Topic.ORDER, to=holder, op="stop", host_id=host_id, instance_id=instance_id
-        )
+        try:
+            holder = await self._holder_of(host_id)
+            if holder is None or holder == self.replica_id:
+                return  # a host that is gone is not an error
+            await self._bus.publish(
+                Topic.ORDER, to=holder, op="stop", host_id=host_id, instance_id=instance_id
+            )
+        except StoreError:  # as with a broken link: the host reconciles when it links again
+            log.warning("host %s: could not send the stop of %s", host_id, instance_id)
 
     # ---- the edge's LinkLeases -------------------------------------------------------------
 
