@@ -172,6 +172,7 @@ async def _serve(
         send_events = host_events
     # Hosts the store has live instances on: each gets the host-lost grace until it links.
     expected = {i.host_id for i in await store.list_live_instances() if i.host_id is not None}
+    timers = () if clustered(config) else expected  # a cluster keeps host leases instead
     async with (
         open_connector_hub(
             StoreTunnelDirectory(store),
@@ -179,12 +180,7 @@ async def _serve(
             max_connectors=config.max_connectors_per_tunnel,
         ) as connectors,
         open_edge(
-            tokens,
-            send_events,
-            directory,
-            connectors,
-            grace=host_grace,
-            expected=() if clustered(config) else expected,  # a cluster keeps leases instead
+            tokens, send_events, directory, connectors, grace=host_grace, expected=timers
         ) as edge,
         trio.open_nursery() as nursery,
     ):
