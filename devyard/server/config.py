@@ -94,6 +94,8 @@ from .billing.plans import DEFAULT_CATALOG, Catalog, CatalogError, parse_catalog
 from .billing.settings import ProviderConfig
 from .blobs import settings as blob_settings
 from .blobs.settings import BlobSettings
+from .cluster import settings as cluster_settings
+from .cluster.settings import ClusterConfig
 
 if TYPE_CHECKING:
     from .edge.peers import PeerConfig
@@ -207,6 +209,8 @@ class ServerConfig:
 
     # [accounts]: organization creation, invitations, SMTP, DNS (accounts/settings.py)
     accounts: AccountsConfig = attrs.field(factory=AccountsConfig)
+    # [cluster]: replicas sharing PostgreSQL (cluster/settings.py, docs/scale-out.md)
+    cluster: ClusterConfig = attrs.field(factory=ClusterConfig)
 
     @property
     def base_url(self) -> str:
@@ -442,6 +446,7 @@ _PARSERS: Final[dict[str, Callable[[object], Any]]] = {
     **{f"blobs.{key}": parse for key, parse in blob_settings.PARSERS.items()},
     "peers.replica_id": _str,
     "peers.cluster_secret": _str,
+    **{f"cluster.{key}": parse for key, parse in cluster_settings.PARSERS.items()},
 }
 
 
@@ -560,8 +565,12 @@ def load_server_config(
 
 
 def _sections(values: Mapping[str, object], database_url: str | None) -> dict[str, object]:
-    """The sections parsed by their own modules: ``[blobs]`` and ``[peers]``."""
-    return {"blobs": _blobs(values, database_url), **_peer_config(values)}
+    """The sections parsed by their own modules: ``[blobs]``, ``[cluster]`` and ``[peers]``."""
+    return {
+        "blobs": _blobs(values, database_url),
+        "cluster": _cluster(values),
+        **_peer_config(values),
+    }
 
 
 def _blobs(values: Mapping[str, object], database_url: str | None) -> BlobSettings:
@@ -572,6 +581,8 @@ def _blobs(values: Mapping[str, object], database_url: str | None) -> BlobSettin
         )
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+
+
 def _peer_config(values: Mapping[str, object]) -> dict[str, PeerConfig]:
     """``{"peers": PeerConfig}`` from the ``peers.*`` keys; empty without any."""
     keys = {k.split(".", 1)[1]: v for k, v in values.items() if k.startswith("peers.")}
@@ -584,6 +595,18 @@ def _peer_config(values: Mapping[str, object]) -> dict[str, PeerConfig]:
     except (TypeError, ValueError) as exc:
         message = "[peers] needs replica_id and cluster_secret (16+ characters)"
         raise ConfigError(f"{message}: {exc}") from None
+
+
+def _cluster(values: Mapping[str, object]) -> ClusterConfig:
+    try:
+        cluster = cluster_settings.build(
+            {k.split(".", 1)[1]: v for k, v in values.items() if k.startswith("cluster.")}
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
+    if cluster.enabled and not str(values.get("database_url", "")).startswith("postgres"):
+        raise ConfigError("cluster.enabled needs a PostgreSQL database_url (docs/scale-out.md)")
+    return cluster
 
 
 def _is_loopback(host: str) -> bool:

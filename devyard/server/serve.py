@@ -32,6 +32,7 @@ from .blobs.service import AssetBlobs
 from .blobs.settings import open_asset_blobs, sibling_store
 from .bootstrap import FirstStart, bootstrap_organization, first_start
 from .builds import BUILD_LOGS_DIR, BuildLogs
+from .cluster.serve import clustered, run_cluster, wire_service
 from .config import ServerConfig
 from .edge import DEFAULT_HOST_GRACE, HOST_TOKENS_FILE, HostTokens, open_edge
 from .edge.connectors import DEFAULT_QUICK_GRACE, open_connector_hub
@@ -175,6 +176,7 @@ async def _serve(
         send_events = host_events
     # Hosts the store has live instances on: each gets the host-lost grace until it links.
     expected = {i.host_id for i in await store.list_live_instances() if i.host_id is not None}
+    timers = () if clustered(config) else expected  # a cluster keeps host leases instead
     async with (
         open_asset_blobs(  # the [blobs] backend (docs/blobs.md)
             store,
@@ -196,20 +198,24 @@ async def _serve(
             directory,
             forwarding.tunnels(connectors),  # replicas: egress into tunnels held elsewhere
             grace=host_grace,
-            expected=expected,
+            expected=timers,
         ) as edge,
         trio.open_nursery() as nursery,
     ):
-        tunnel_service = TunnelService(store, connectors)
+        parts = await nursery.start(  # the edge and hub themselves unless [cluster]
+            partial(run_cluster, config, store, edge, connectors, send_events, expected, host_grace)
+        )
+        tunnel_service = TunnelService(store, parts.tunnels)
         service = InstanceService(
             store,
-            edge,
+            parts.registry,
             events=receive_events,
-            tunnels=connectors,
+            tunnels=parts.tunnels,
             activity=activity,
             regions=config.regions,
             home_region=config.region,
         )
+        wire_service(parts.registry, service)
         await nursery.start(service.run)
         nursery.start_soon(
             partial(

@@ -169,11 +169,26 @@ class ConnectorHub:
         self._now = now
         self._tunnels: dict[str, _Tunnel] = {}  # by tunnel id
         self._by_name: dict[tuple[str, str], str] = {}  # (org id, name) -> tunnel id
+        # called when the set of tunnels with an active connector here changes (the
+        # cluster's registry of who holds what, docs/scale-out.md)
+        self.on_active_changed: Callable[[], None] | None = None
 
     def __repr__(self) -> str:
         return f"ConnectorHub(tunnels={len(self._tunnels)})"
 
     # ---- what the service and the instances use ----------------------------------------------
+
+    def active_tunnels(self) -> dict[str, tuple[Tunnel, ConnectorInfo]]:
+        """The tunnels whose active connector is linked here, by id, with that connector."""
+        return {
+            tid: (entry.tunnel, entry.active.info)
+            for tid, entry in self._tunnels.items()
+            if entry.active is not None
+        }
+
+    def _active_changed(self) -> None:
+        if self.on_active_changed is not None:
+            self.on_active_changed()
 
     def status(self, org_id: str, name: str) -> TunnelStatus:
         entry = self._entry(org_id, name)
@@ -415,6 +430,7 @@ class ConnectorHub:
             entry.standbys.append(connector)
         role = "active" if entry.active is connector else "standby"
         log.info("tunnel %s: %r registered as %s", entry.tunnel.name, connector, role)
+        self._active_changed()
         return role
 
     def _detach(self, entry: _Tunnel, connector: _Connector) -> None:
@@ -446,6 +462,7 @@ class ConnectorHub:
             entry.active = promoted
             log.info("tunnel %s: %r promoted to active", entry.tunnel.name, promoted)
             self._nursery.start_soon(_send_within, promoted, {"type": "promote"})
+        self._active_changed()
 
     async def _kick(self, connector: _Connector, code: str, go_away: int, message: str) -> None:
         """A permanent end: ``error``, GO_AWAY, then the link's task closes the session.

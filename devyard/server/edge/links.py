@@ -63,7 +63,7 @@ from .tokens import HostTokens
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_HOST_GRACE", "Edge", "open_edge"]
+__all__ = ["DEFAULT_HOST_GRACE", "Edge", "LinkLeases", "open_edge"]
 
 DEFAULT_HOST_GRACE: Final = 30.0
 _OPEN_TIMEOUT: Final = 10.0
@@ -82,6 +82,20 @@ class StreamForwarder(Protocol):
     async def open_instance_stream(
         self, host_id: str, kind: str, instance_id: str, fields: dict[str, Any]
     ) -> MuxStream: ...
+
+
+class LinkLeases(Protocol):
+    """Where a cluster of replicas keeps host liveness (``cluster.hosts.ClusterHosts``,
+    docs/scale-out.md): with it set, a link takes the host's lease when it registers, and a
+    link that drops only stops renewing it; no grace timer runs here."""
+
+    async def host_linked(self, info: HostInfo) -> None:
+        """Raises when the lease cannot be taken: the link is then closed."""
+        ...
+
+    async def host_unlinked(self, host_id: str) -> None:
+        """Never raises."""
+        ...
 
 
 @attrs.define
@@ -119,6 +133,7 @@ class Edge:
         self._grace_scopes: dict[str, trio.CancelScope] = {}
         self.build_logs: BuildLogSink | None = None  # set by serve.py (docs/builds.md)
         self.forwarder: StreamForwarder | None = None  # set by serve.py (docs/replicas.md)
+        self.leases: LinkLeases | None = None  # set by the cluster (docs/scale-out.md)
 
     def __repr__(self) -> str:
         return f"Edge(hosts={sorted(self._links)})"
@@ -245,6 +260,12 @@ class Edge:
             scope = self._grace_scopes.pop(host_id, None)
             if scope is not None:
                 scope.cancel()
+            if self.leases is not None:
+                try:
+                    await self.leases.host_linked(info)
+                except Exception:
+                    log.exception("host %s: could not take its lease; closing the link", host_id)
+                    return
             log.info("host %s (%s, %s) registered", host_id, info.name, info.region)
             await self._events.send(HostRegistered(host_id, reported, trio.current_time()))
             async with trio.open_nursery() as nursery:
@@ -259,7 +280,10 @@ class Edge:
         finally:
             if self._links.get(host_id) is link:
                 del self._links[host_id]
-                self._start_grace(host_id)
+                if self.leases is not None:  # the lease stops being renewed; no timer here
+                    self._nursery.start_soon(self.leases.host_unlinked, host_id)
+                else:
+                    self._start_grace(host_id)
 
     async def _accept_streams(self, link: _Link) -> None:
         """Streams the host opens: ``egress`` (docs/protocol.md 6), served in their own tasks."""

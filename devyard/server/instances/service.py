@@ -24,8 +24,9 @@ edge's gateway writes it to the shared `Activity`); the hard timeout counts from
 from __future__ import annotations
 
 import logging
+import secrets
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, NoReturn, Protocol
 
 import attrs
@@ -52,7 +53,7 @@ from ..store import tokens
 from ..store.base import Instance, InstanceState, Organization, Platform, Store, TerminationReason
 from .durations import parse_duration
 from .lifecycle import IllegalTransition, LifecycleEvent, expected_for, next_state
-from .placement import NoCapacity, RegionInfo, place, preferred_region
+from .placement import NoCapacity, Placement, RegionInfo, place, preferred_region
 from .requests import (
     NewInstance,
     check_platform_fields,
@@ -60,6 +61,7 @@ from .requests import (
     os_version,
     placement_request,
 )
+from .shared import SharedRegistry
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +130,7 @@ class InstanceService:
         tunnel is offline); *activity* is where the edge records client traffic."""
         self._store = store
         self._registry = registry
+        self._shared = registry if isinstance(registry, SharedRegistry) else None
         self._events = events
         self._tunnels = tunnels
         self._activity = activity if activity is not None else Activity(clock)
@@ -178,9 +181,8 @@ class InstanceService:
                 if found is not None:
                     return found
             raise
-        self._reservations += 1
-        hold = f"reservation-{self._reservations}"
-        self._reserved[hold] = placement.hosts[0].id  # no await since `place`: atomic
+        hold, first = await self._hold(placement, new.platform)
+        bound = False
         try:
             if reuse:
                 found = await self._find_live(organization.id, new, placement.region)
@@ -199,9 +201,13 @@ class InstanceService:
                 stream_token=stream_token,
                 max_live=max_live,
             )
-            self._reserved[instance.id] = self._reserved.pop(hold)
+            if self._shared is None:
+                self._reserved[instance.id] = self._reserved.pop(hold)
+            else:
+                await self._shared.rebind(hold, instance.id)
+            bound = True
         finally:
-            self._reserved.pop(hold, None)
+            await self._unhold(hold, bound=bound)
         order = InstanceOrder(
             instance_id=instance.id,
             organization_id=organization.id,
@@ -219,9 +225,10 @@ class InstanceService:
             hard_at=None if hard == 0 else self._clock() + hard,
         )
         self._wakeup.set()
-        self._delivering[instance.id] = placement.hosts[0].id
+        self._delivering[instance.id] = first
+        ordered = (first, *(h.id for h in placement.hosts if h.id != first))
         try:
-            await self._orders.send(_Delivery(order, tuple(h.id for h in placement.hosts)))
+            await self._orders.send(_Delivery(order, ordered))
         except BaseException:
             self._unpend(instance.id)
             with trio.CancelScope(shield=True):
@@ -229,10 +236,34 @@ class InstanceService:
             raise
         return instance  # creating: the host's acceptance, assigned and ready follow
 
+    async def _hold(self, placement: Placement, platform: Platform) -> tuple[str, str]:
+        """Hold a slot for a create on the first of *placement*'s hosts with room: the hold's
+        key and its host."""
+        self._reservations += 1
+        if self._shared is None:
+            hold = f"reservation-{self._reservations}"
+            self._reserved[hold] = placement.hosts[0].id  # no await since `place`: atomic
+            return hold, placement.hosts[0].id
+        # the shared store's reservation is the atomic step (other replicas race us)
+        hold = f"hold-{secrets.token_hex(8)}"
+        host_id = await self._shared.reserve(hold, [h.id for h in placement.hosts])
+        if host_id is None:
+            raise NoCapacity(f"no host with room for a {platform.value} instance now; retry")
+        return hold, host_id
+
+    async def _unhold(self, hold: str, *, bound: bool) -> None:
+        self._reserved.pop(hold, None)
+        if self._shared is not None and not bound:
+            with trio.CancelScope(shield=True):
+                await self._shared.release(hold)
+        else:
+            await trio.lowlevel.checkpoint_if_cancelled()
+
     async def _deliver(self, delivery: _Delivery) -> None:
         """Hand *delivery*'s order to the first of its hosts that takes it (assigned), else
         end the instance. Runs in `run`'s nursery, so a slow host delays nobody's answer."""
         instance_id = delivery.order.instance_id
+        reserved_on = delivery.hosts[0] if delivery.hosts else None
         try:
             for host_id in delivery.hosts:
                 if instance_id not in self._deadlines:  # ended meanwhile (a delete)
@@ -240,6 +271,10 @@ class InstanceService:
                 self._delivering[instance_id] = host_id
                 # The registry counts the order from its first step on: the hold goes now.
                 self._reserved.pop(instance_id, None)
+                if self._shared is not None and host_id != reserved_on:  # the slot moves
+                    if await self._shared.reserve(instance_id, [host_id]) is None:
+                        continue
+                    reserved_on = host_id
                 try:
                     await self._registry.start_instance(host_id, delivery.order)
                 except HostUnavailableError:
@@ -369,6 +404,9 @@ class InstanceService:
         except store_errors.Conflict:
             instance = await self._store.get_instance(instance_id)  # someone ended it first
         self._forget(instance_id)
+        if self._shared is not None:
+            await self._tell_shared(self._shared.release(instance_id))
+            await self._tell_shared(self._shared.instance_changed(instance_id, instance.state))
         if instance.host_id is not None and reason is not TerminationReason.HOST_LOST:
             with trio.move_on_after(STOP_GRACE, shield=True):
                 await self._registry.stop_instance(instance.host_id, instance_id)
@@ -389,11 +427,37 @@ class InstanceService:
         instance = await self._store.get_instance(instance_id)
         try:
             to = next_state(instance.state, event)
-            return await self._store.transition_instance(
+            instance = await self._store.transition_instance(
                 instance_id, to, expected=expected_for(event), host_id=host_id
             )
         except (IllegalTransition, store_errors.Conflict):
             return await self._store.get_instance(instance_id)  # another trigger won
+        if self._shared is not None:
+            await self._tell_shared(self._shared.instance_changed(instance_id, instance.state))
+        return instance
+
+    async def _tell_shared(self, call: Awaitable[None]) -> None:
+        """A write to the shared registry after the row changed: a failure is logged (the
+        other replicas resynchronize from the store; a reservation goes with its host)."""
+        try:
+            await call
+        except Exception:  # the database may be away; the row is already right
+            log.exception("could not tell the other replicas")
+
+    async def on_instance_changed(self, instance_id: str, state: str) -> None:
+        """Another replica changed *instance_id* (cluster mode): a READY starts its
+        inactivity period here and wakes `wait_ready`; an end forgets it here."""
+        await trio.lowlevel.checkpoint()
+        if state == InstanceState.READY.value:
+            deadlines = self._deadlines.get(instance_id)
+            if deadlines is not None and deadlines.idle_since is None:
+                deadlines.idle_since = self._clock()
+                self._wakeup.set()
+            ready = self._ready.pop(instance_id, None)
+            if ready is not None:
+                ready.set()
+        elif state == InstanceState.TERMINATED.value:
+            self._forget(instance_id)
 
     # -- what hosts report (the edge's HostEvents) ------------------------------------------
     async def handle(self, event: HostEvent) -> None:
@@ -420,6 +484,8 @@ class InstanceService:
             return
         for instance in await self._store.list_live_instances(host_id=event.host_id):
             ordered = self._ordered_at.get(instance.id)
+            if ordered is None and self._shared is not None:  # sent by another replica
+                ordered = self._shared.ordered_at(instance.id)
             if instance.id in event.instances or (ordered is not None and ordered >= event.at):
                 continue
             log.warning("host %s no longer runs %s", event.host_id, instance.id)
@@ -440,6 +506,8 @@ class InstanceService:
         # Where its order is going, read before the row: a delivery that completes meanwhile
         # has written the host into the row by the time the row is read.
         delivering = self._delivering.get(event.instance_id)
+        if delivering is None and self._shared is not None:  # perhaps ordered by another replica
+            delivering = await self._shared.reserved_on(event.instance_id)
         try:
             instance = await self._store.get_instance(event.instance_id)
         except store_errors.NotFound:

@@ -24,6 +24,7 @@ from typing import Final
 import attrs
 
 from .database import Dialect
+from .schema_cluster import CLUSTER_STATEMENTS
 
 __all__ = ["MIGRATIONS", "Migration"]
 
@@ -463,5 +464,10 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
             """,
             "CREATE INDEX support_answers_by_feedback ON support_answers (feedback_id, id)",
         ),
+    ),
+    Migration(
+        14,
+        "cluster: replica and host leases, link holders, capacity reservations",
+        CLUSTER_STATEMENTS,
     ),
 )
