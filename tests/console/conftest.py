@@ -89,9 +89,7 @@ async def signed_in(client: Client, key: str) -> str:
     page = await client.get("/console/sign-in")
     match = LOGIN_FIELD.search(await page.get_data(as_text=True))
     assert match is not None
-    response = await client.post(
-        "/console/sign-in", form={"login": match.group(1), "apiKey": key}
-    )
+    response = await client.post("/console/sign-in", form={"login": match.group(1), "apiKey": key})
     assert response.status_code == 303, await response.get_data(as_text=True)
     csrf = next(
         c.split(";")[0].partition("=")[2]

@@ -68,6 +68,7 @@ class Viewer:
     org_name: str
     role: str
     session_id: str | None
+    key_prefix: str  # ``dy_<lookup>`` of the API key behind the session
     csrf: str = attrs.field(repr=False)  # the session's CSRF token, for the page's forms
 
     @property
@@ -113,6 +114,7 @@ async def viewer() -> Viewer:
         org_name=who["organization"]["name"],
         role=who["role"],
         session_id=credential.get("id") if credential.get("kind") == "session" else None,
+        key_prefix=who.get("apiKey", {}).get("prefix", ""),
         csrf=request.cookies.get(sessions.CSRF_COOKIE, ""),
     )
     g.console_viewer = found

@@ -7,12 +7,12 @@ from __future__ import annotations
 from types import ModuleType
 
 from ..nav import NavEntry
-from . import instances, signin
+from . import instance, instances, signin
 
 __all__ = ["PAGES", "nav_entries"]
 
 #: Every page module, in menu order.
-PAGES: tuple[ModuleType, ...] = (signin, instances)
+PAGES: tuple[ModuleType, ...] = (signin, instances, instance)
 
 
 def nav_entries() -> tuple[NavEntry, ...]:

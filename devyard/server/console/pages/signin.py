@@ -132,11 +132,13 @@ async def _revoke_previous() -> None:
 
 
 @blueprint.get("/console/sso")
-async def sso_by_form() -> Response:
+async def sso_by_form() -> Response | str:
     org = request.args.get("organization", "").strip()
     if not _ORG_ID.fullmatch(org):
         return await _sign_in_page("Enter your organization's id (it starts with org_).", 400)
-    return redirect_to(f"/console/sso/{org}", 303)
+    # Not a redirect: the CSP's form-action 'self' would refuse the provider at the end of
+    # a redirect chain started by this form; a meta refresh is a plain navigation.
+    return await render("console/reload.html", target=f"/console/sso/{org}")
 
 
 @blueprint.get("/console/sso/<organization_id>")
