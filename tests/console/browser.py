@@ -8,6 +8,7 @@ through the test OpenID provider for example.com, verified) and globex (olga, ad
 
 from __future__ import annotations
 
+import shutil
 import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, suppress
@@ -35,6 +36,8 @@ if TYPE_CHECKING:
 STEP_S = 15.0  # the bound of each step of a test, in trio and in Playwright
 STEP_MS = STEP_S * 1000
 BUDGET_BYTES = 100_000  # JS+CSS transferred by one page (issue 22)
+BUILD_REGION = "builds"  # the gradle host's region: build instances are pinned there
+BUILD_TOOLS = ("bwrap", "gradle", "java", "xdelta3", "setpriv", "prlimit")  # tests/builds
 
 
 @attrs.frozen
@@ -45,6 +48,7 @@ class Site:
     olga_key: str = attrs.field(repr=False)  # admin of globex
     globex_id: str
     provider: Provider
+    builds: bool  # a gradle host serves build instances
 
     def headers(self, key: str) -> dict[str, str]:
         return {"Authorization": f"Bearer {key}"}
@@ -54,6 +58,8 @@ class SiteThread:
     """The site, served by a trio run in a thread until ``close``."""
 
     def __init__(self, path: Path, provider: Provider) -> None:
+        #: build instances too, where this machine has what the gradle driver needs
+        self.builds = all(shutil.which(tool) for tool in BUILD_TOOLS)
         self._path = path
         self._provider = provider
         self._ready = threading.Event()
@@ -91,6 +97,7 @@ class SiteThread:
             await store.replace_domains(acme.organization.id, {"example.com": "t"})
             await store.mark_domain_verified(acme.organization.id, "example.com")
         _, host_token = create_host_token(server_dir / HOST_TOKENS_FILE)
+        _, build_token = create_host_token(server_dir / HOST_TOKENS_FILE)  # one per host
         async with trio.open_nursery() as nursery:
             bound: BoundServer = await nursery.start(partial(serve_server, config))
             self._provider.client.redirect_uri = f"{bound.local_url}/auth/oidc/callback"
@@ -103,10 +110,23 @@ class SiteThread:
                 capacity=4,
                 backoff_base=0.05,
             )
+            hosts = [hostd]
+            if self.builds:  # a second host with the gradle driver (build instances)
+                hosts.append(
+                    attrs.evolve(
+                        hostd,
+                        token=build_token,
+                        data_dir=self._path / "build-host",
+                        drivers=("gradle",),
+                        hostname="build-host",
+                        region=BUILD_REGION,  # the virtual host serves build platforms too
+                    )
+                )
             async with trio.open_nursery() as host_nursery:
-                await host_nursery.start(partial(serve_hostd, hostd, shutdown=shutdown))
+                for host in hosts:
+                    await host_nursery.start(partial(serve_hostd, host, shutdown=shutdown))
                 with trio.fail_after(30):
-                    while not (bound.hosts and bound.hosts.hosts()):  # noqa: ASYNC110
+                    while not (bound.hosts and len(bound.hosts.hosts()) == len(hosts)):  # noqa: ASYNC110
                         await trio.sleep(0.02)
                 async with httpx.AsyncClient(base_url=bound.local_url) as client:
                     put = await client.put(
@@ -127,6 +147,7 @@ class SiteThread:
                     olga_key=globex.plaintext_key,
                     globex_id=globex.organization.id,
                     provider=self._provider,
+                    builds=self.builds,
                 )
                 self._ready.set()
                 await self._stop.wait()

@@ -18,6 +18,8 @@ from tests.server.accounts.oidc_provider import Provider, running_provider
 
 from .browser import (
     BUDGET_BYTES,
+    BUILD_REGION,
+    BUILD_TOOLS,
     STEP_S,
     ConsolePage,
     Site,
@@ -225,4 +227,84 @@ async def test_another_organization_sees_none_of_it(site: Site, chromium: Browse
         assert still.json()["status"]["state"] != "terminated"
         await api.delete(
             f"/v1/android_instances/{instance_id}", headers=site.headers(site.alice_key)
+        )
+
+
+async def test_a_build_exec_streams_its_log_live_then_lists_it_ended(
+    site: Site, chromium: BrowserThread
+) -> None:
+    if not site.builds:
+        pytest.skip(f"scripts/deps installs what the gradle driver needs: {BUILD_TOOLS}")
+    async with httpx.AsyncClient(base_url=site.url, timeout=60) as api:
+        with trio.fail_after(STEP_S * 2):
+            made = await api.post(
+                "/v1/gradle_instances",
+                params={"wait": "true"},
+                json={"metadata": {"displayName": "nightly"}, "spec": {"region": BUILD_REGION}},
+                headers=site.headers(site.alice_key),
+            )
+            assert made.status_code == 200, made.text
+        instance = made.json()
+        status = instance["status"]
+        device = {"Authorization": f"Bearer {status['token']}"}
+        async with console_page(chromium) as console:
+            with trio.fail_after(STEP_S):
+                await sign_in_with_key(console, site, site.alice_key)
+                await console.goto(f"{site.url}/console/builds/")
+                assert "nightly" in await console.text("main")
+                await console.goto(f"{site.url}/console/builds/{instance['id']}")
+                await console.wait("() => document.getElementById('live-status') !== null")
+                # an exec that prints, then waits (the page follows it while it runs)
+                gate = "/tmp/console-go"  # never made: the exec waits until cancelled
+                started = await api.post(
+                    status["apiUrl"] + "/exec",
+                    json={
+                        "command": "run",
+                        "commandLine": f"echo first-line; while [ ! -e {gate} ]; do sleep 0.05;"
+                        " done; echo second-line",
+                    },
+                    headers=device,
+                )
+                assert started.status_code == 200, started.text
+                exec_id = started.json()["execId"]
+                await console.wait(
+                    "id => (document.getElementById('exec-' + id) || {}).textContent"
+                    " && document.getElementById('exec-' + id).textContent.includes('first-line')",
+                    exec_id,
+                )
+                # (the command line is shown too: it names the second line once)
+                assert (await console.text(f"#exec-{exec_id}")).count("second-line") == 1
+                finish = await api.post(
+                    status["apiUrl"] + "/exec",
+                    json={"command": "run", "commandLine": "true"},
+                    headers=device,
+                )
+                assert finish.status_code == 409  # one exec at a time: it is still running
+            with trio.fail_after(STEP_S):
+                # end it (cancelled), and the page shows the end
+                cancel = await api.post(
+                    status["apiUrl"] + f"/exec/{exec_id}/cancel", headers=device
+                )
+                assert cancel.status_code == 200, cancel.text
+                await console.wait(
+                    "id => document.getElementById('exec-' + id).textContent.includes('exit code')",
+                    exec_id,
+                )
+                await _within_budget(console)
+
+                async def reported() -> bool:
+                    logs = await api.get(
+                        f"/v1/gradle_instances/{instance['id']}/build_logs",
+                        headers=site.headers(site.alice_key),
+                    )
+                    return any(r["id"] == exec_id for r in logs.json())
+
+                await until(reported)
+                await console.goto(f"{site.url}/console/builds/{instance['id']}")
+                assert exec_id in await console.text("main")
+                await console.goto(f"{site.url}/console/builds/{instance['id']}/logs/{exec_id}")
+                assert "first-line" in await console.text("pre.log")
+            assert console.csp_errors == []
+        await api.delete(
+            f"/v1/gradle_instances/{instance['id']}", headers=site.headers(site.alice_key)
         )

@@ -7,12 +7,12 @@ from __future__ import annotations
 from types import ModuleType
 
 from ..nav import NavEntry
-from . import instance, instances, signin
+from . import builds, instance, instances, signin
 
 __all__ = ["PAGES", "nav_entries"]
 
 #: Every page module, in menu order.
-PAGES: tuple[ModuleType, ...] = (signin, instances, instance)
+PAGES: tuple[ModuleType, ...] = (signin, instances, instance, builds)
 
 
 def nav_entries() -> tuple[NavEntry, ...]:
