@@ -198,14 +198,15 @@ class ConsolePage:
         return value or ""
 
     async def static_bytes(self) -> int:
-        """JS+CSS bytes transferred for the last page loaded (compressed, as on the wire)."""
+        """JS+CSS bytes the last page loaded needs over the wire (compressed), whether or not
+        the browser had them cached: each file's Content-Length as the server sent it."""
         total = 0
         for response in list(self.responses):
-            kind = response.request.resource_type
-            if kind not in ("script", "stylesheet"):
+            if response.request.resource_type not in ("script", "stylesheet"):
                 continue
-            sizes = await self.call(response.request.sizes)
-            total += int(sizes["responseBodySize"]) + int(sizes["responseHeadersSize"])
+            length = await self.call(response.header_value, "content-length")
+            assert length is not None, response.url
+            total += int(length)
         return total
 
 

@@ -308,3 +308,56 @@ async def test_a_build_exec_streams_its_log_live_then_lists_it_ended(
         await api.delete(
             f"/v1/gradle_instances/{instance['id']}", headers=site.headers(site.alice_key)
         )
+
+
+async def test_at_phone_width_a_touch_on_the_live_view_reaches_the_device(
+    site: Site, chromium: BrowserThread
+) -> None:
+    async with httpx.AsyncClient(base_url=site.url, timeout=60) as api:
+        with trio.fail_after(STEP_S):
+            made = await api.post(
+                "/v1/android_instances",
+                params={"wait": "true"},
+                json={"spec": {}},
+                headers=site.headers(site.alice_key),
+            )
+            assert made.status_code == 200, made.text
+        instance = made.json()
+        async with console_page(chromium, width=390, height=844, mobile=True) as console:
+            page = console.page
+            with trio.fail_after(STEP_S):
+                await sign_in_with_key(console, site, site.alice_key)
+                await console.goto(f"{site.url}/console/instances/{instance['id']}")
+                await _within_budget(console)
+                # nothing wider than the phone: no sideways scrolling
+                wide = await console.call(
+                    page.evaluate, "() => document.documentElement.scrollWidth"
+                )
+                culprits = await console.call(
+                    page.evaluate,
+                    "() => [...document.querySelectorAll('body *')]"
+                    ".filter(e => e.getBoundingClientRect().right > 391)"
+                    ".map(e => e.tagName + '.' + e.className + '#' + e.id).slice(0, 8)",
+                )
+                assert wide <= 390, (wide, culprits)
+                view = next(f for f in page.frames if "/watch?token=" in f.url)
+                await console.call(
+                    view.wait_for_function, "() => window.devyard && window.devyard.decoded > 0",
+                    timeout=STEP_S * 1000, polling=50,
+                )  # fmt: skip
+                box = await console.call(
+                    page.frame_locator("#device-view").locator("#screen").bounding_box
+                )
+                assert box is not None
+                await console.call(
+                    page.touchscreen.tap, box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+                )
+
+                async def touched() -> bool:
+                    return len(await _device_touches(api, instance)) == 1
+
+                await until(touched)
+            assert console.csp_errors == []
+        await api.delete(
+            f"/v1/android_instances/{instance['id']}", headers=site.headers(site.alice_key)
+        )
