@@ -198,8 +198,8 @@ class ConsolePage:
         return value or ""
 
     async def static_bytes(self) -> int:
-        """JS+CSS bytes the last page loaded needs over the wire (compressed), whether or not
-        the browser had them cached: each file's Content-Length as the server sent it."""
+        """JS+CSS bytes the current page loaded needs over the wire (compressed), whether or
+        not the browser had them cached: each file's Content-Length as the server sent it."""
         total = 0
         for response in list(self.responses):
             if response.request.resource_type not in ("script", "stylesheet"):
@@ -242,6 +242,12 @@ async def console_page(
             holder.responses.append(response)
 
         page.on("response", on_response)
+
+        def on_navigated(frame: Any) -> None:  # a new page: count its own files only
+            if frame == page.main_frame:
+                holder.responses.clear()
+
+        page.on("framenavigated", on_navigated)
         return page
 
     await chromium.call(new_page)

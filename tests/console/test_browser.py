@@ -357,6 +357,10 @@ async def test_at_phone_width_a_touch_on_the_live_view_reaches_the_device(
                     return len(await _device_touches(api, instance)) == 1
 
                 await until(touched)
+                # the page's device log (the device API's /logs, polled) shows the touch too
+                await console.wait(
+                    "() => document.getElementById('device-log').textContent.includes('touch down')"
+                )
             assert console.csp_errors == []
         await api.delete(
             f"/v1/android_instances/{instance['id']}", headers=site.headers(site.alice_key)
