@@ -23,6 +23,7 @@ from ..blobs import (
     load_signing_key,
 )
 from ..config import ServerConfig
+from ..console import mount as mount_console
 from ..hosts import HostRegistry
 from ..instances import EmptyRegistry, InstanceService
 from ..secret_scanning import KeyRing
@@ -161,6 +162,7 @@ def create_app(state: ApiState) -> QuartTrio:
         app.register_blueprint(module.blueprint)
     _install_blobs(app, state.assets)
     _check_routes_match(app, state.contract)
+    mount_console(app, state)  # /console and / (docs/console.md); not API operations
     return app
 
 

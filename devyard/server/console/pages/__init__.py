@@ -1,0 +1,19 @@
+"""The console's pages: one module each, listed in ``PAGES`` (docs/console.md, "Adding a
+page"). A page module has ``blueprint`` (its routes, under ``/console/<page>``) and ``NAV``
+(its menu entry, a `nav.NavEntry`, or None for a page outside the menu such as sign-in)."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from ..nav import NavEntry
+from . import builds, instance, instances, signin
+
+__all__ = ["PAGES", "nav_entries"]
+
+#: Every page module, in menu order.
+PAGES: tuple[ModuleType, ...] = (signin, instances, instance, builds)
+
+
+def nav_entries() -> tuple[NavEntry, ...]:
+    return tuple(module.NAV for module in PAGES if module.NAV is not None)
