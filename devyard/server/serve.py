@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 import attrs
 import trio
 
-from .._process import EXIT_INTERRUPTED, Stopped, run_until_signalled
+from .._process import EXIT_INTERRUPTED, LOG_FIELDS, Stopped, run_until_signalled
 from ..core.link import CONNECTOR_PATH, HOST_PATH
 from ..core.transports import is_loopback_host
 from .blobs import LocalBlobStore
@@ -33,6 +33,7 @@ from .blobs.service import AssetBlobs
 from .bootstrap import FirstStart, bootstrap_organization, first_start
 from .builds import BUILD_LOGS_DIR, BuildLogs
 from .config import ServerConfig
+from .drain import CURRENT, Drain, with_replica_id
 from .edge import DEFAULT_HOST_GRACE, HOST_TOKENS_FILE, HostTokens, open_edge
 from .edge.connectors import DEFAULT_QUICK_GRACE, open_connector_hub
 from .edge.gateway import INSTANCES_PREFIX, InstanceGateway
@@ -161,6 +162,10 @@ async def _serve(
     from .mcp import McpService, StoreAssets  # noqa: PLC0415 - the mcp SDK loads only to serve
     from .tunnels import StoreTunnelDirectory, TunnelService  # noqa: PLC0415
 
+    config = await with_replica_id(config)  # the replica's id, everywhere below
+    assert config.replica_id is not None
+    drain = Drain(config.replica_id, config.drain_timeout)  # devyard/server/drain.py
+    CURRENT.set(drain)  # for the API's tasks (readiness, refusals while draining)
     tokens = HostTokens(config.data_dir / HOST_TOKENS_FILE)
     activity = Activity()
     directory = StoreInstanceDirectory(store, activity)
@@ -202,7 +207,10 @@ async def _serve(
                 interval=host_token_recheck,
             )
         )
-        links: dict[str, RawASGI] = {HOST_PATH: edge, CONNECTOR_PATH: connectors}
+        links: dict[str, RawASGI] = {
+            HOST_PATH: drain.guard_asgi("host", edge),
+            CONNECTOR_PATH: drain.guard_asgi("connector", connectors),
+        }
         link_port = None
         raw_link = None
         listeners = None
@@ -239,9 +247,9 @@ async def _serve(
         )
         if listeners is not None:
             raw_routes: dict[str, RawRoute] = {
-                HOST_PATH: edge.serve_upgrade,
-                CONNECTOR_PATH: connectors.serve_upgrade,
-                INSTANCES_PREFIX: gateway.serve_upgrade,  # adb only, there
+                HOST_PATH: drain.guard_raw("host", edge.serve_upgrade),
+                CONNECTOR_PATH: drain.guard_raw("connector", connectors.serve_upgrade),
+                INSTANCES_PREFIX: drain.guard_raw(None, gateway.serve_upgrade),  # adb only
             }
             await nursery.start(serve_raw_links, listeners, raw_routes)
         # deletions a crash interrupted finish now (they end instances on linked hosts)
@@ -249,12 +257,16 @@ async def _serve(
         nursery.start_soon(deletion.resume_deletions)
         if config.metrics_listen is not None:  # the operator port (docs/operations.md)
             await nursery.start(serve_metrics, state, *attrs.astuple(config.metrics_listen))
+        if shutdown_trigger is not None:  # the first signal drains first (drain.py)
+            shutdown_trigger = partial(
+                drain.after, shutdown_trigger, (edge.drain, connectors.drain)
+            )
         await serve_api(
             state,
             shutdown_trigger=shutdown_trigger,
             websockets=dict(links),
             link_port=link_port,
-            prefixes={INSTANCES_PREFIX: gateway},
+            prefixes={INSTANCES_PREFIX: drain.guard_asgi(None, gateway)},
             tls=tls,
             task_status=task_status,
         )
@@ -351,6 +363,9 @@ async def run_server(
     async def serve(shutdown: trio.Event) -> None:
         tls, local_ca = await trio.to_thread.run_sync(load_server_tls, config)
         async with open_configured_store(config) as store:
+            if not bootstrap:  # a server's log lines carry its replica id (drain.py)
+                replica = await with_replica_id(config)
+                LOG_FIELDS.set((*LOG_FIELDS.get(), ("replica", str(replica.replica_id))))
             first = await first_start(store, config.admin_key_path) if bootstrap else None
             async with trio.open_nursery() as serving:
                 bound: BoundServer = await serving.start(
@@ -375,7 +390,8 @@ async def run_server(
         # The API returned: a graceful shutdown is complete.
 
     outcome = await run_until_signalled(
-        serve, graceful="shutting down (in-flight requests get a grace period)"
+        serve,
+        graceful="draining, then shutting down (links move, in-flight requests get a grace)",
     )
     return EXIT_INTERRUPTED if isinstance(outcome, Stopped) else 0
 
