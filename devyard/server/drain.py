@@ -38,7 +38,6 @@ from pathlib import Path
 from typing import Any, Final
 
 import trio
-from prometheus_client import Gauge
 
 from ..core import UpgradeRequest
 from . import metrics
@@ -49,9 +48,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "CURRENT",
-    "DRAINING",
     "REPLICA_ID_FILE",
-    "REPLICA_INFO",
     "Drain",
     "ensure_replica_id",
     "with_replica_id",
@@ -63,18 +60,6 @@ REPLICA_ID_FILE: Final = "replica-id"
 RETRY_AFTER: Final = 1.0
 #: The drain of the server this task serves (set by serve.py for the API's tasks).
 CURRENT: ContextVar[Drain | None] = ContextVar("devyard_drain", default=None)
-
-DRAINING: Final = Gauge(
-    "devyard_server_draining",
-    "1 while this replica drains (refuses new links and requests), else 0.",
-    registry=metrics.REGISTRY,
-)
-REPLICA_INFO: Final = Gauge(
-    "devyard_server_replica_info",
-    "This replica's id (docs/operations.md, Several replicas).",
-    ["replica"],
-    registry=metrics.REGISTRY,
-)
 
 _Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 _Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
@@ -132,7 +117,7 @@ class Drain:
         self.started_at: float | None = None
         self._links: Counter[str] = Counter()
         self._changed = trio.Event()
-        REPLICA_INFO.labels(replica_id).set(1)
+        metrics.REPLICA_INFO.labels(replica_id).set(1)
 
     def __repr__(self) -> str:
         return f"Drain({self.replica_id!r}, draining={self.draining}, links={dict(self._links)})"
@@ -198,7 +183,7 @@ class Drain:
         if not self.draining:
             self.draining = True
             self.started_at = trio.current_time()
-            DRAINING.set(1)
+            metrics.DRAINING.set(1)
 
     async def wait_unlinked(self) -> None:
         """Until no guarded link is open (bound it with a cancel scope)."""
