@@ -53,6 +53,7 @@ from ..core import (
 )
 from ..core.link import (
     CONNECTOR_PATH,
+    MOVE_OVERLAP,
     PROTO,
     LinkLost,
     LinkRefused,
@@ -191,11 +192,12 @@ class _Link:
             self._raise_end(session)
 
     async def _moved(self, session: Session, arrived: trio.Event) -> None:
-        """Make before break: the next link registers, then the streams here end (within
-        ``grace``), then this link closes. The server routes nothing new here meanwhile."""
-        with trio.move_on_after(self.config.grace):
+        """Make before break: the next link registers (at most `MOVE_OVERLAP`), the streams
+        here end (within ``grace``), then this link closes. The server routes nothing new here
+        meanwhile."""
+        with trio.move_on_after(MOVE_OVERLAP):
             await race(arrived.wait, self.shutdown.wait, session.wait_ended)
-            self._say("the next link is up; %d stream(s) finish here", self.metrics.active_streams)
+        with trio.move_on_after(self.config.grace):
             await race(partial(wait_streams_done, session), self.shutdown.wait)
 
     def _raise_end(self, session: Session) -> None:

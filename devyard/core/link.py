@@ -23,8 +23,9 @@ body sees the same event and stops cleanly, and `run_link` returns instead of re
 Moving (a server that drains sends ``drain``, docs/protocol.md 7): the body calls
 `hand_over`; `run_link` dials the next link at once (behind a load balancer it lands on
 another replica) while the body goes on serving what is in flight on the old session; the
-body waits for the event `hand_over` returned (the next link is registered), then for its
-streams to end (`wait_streams_done`), and returns. Make before break: no stream is dropped.
+body waits for the event `hand_over` returned (the next link is registered; at most
+`MOVE_OVERLAP`), and for its streams to end (`wait_streams_done`), and returns. Make before
+break: no stream in flight is dropped.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ __all__ = [
     "CONNECTOR_PATH",
     "HELLO_TIMEOUT",
     "HOST_PATH",
+    "MOVE_OVERLAP",
     "PROTO",
     "LinkLost",
     "LinkRefused",
@@ -123,6 +125,9 @@ ServeRegistered = Callable[[Session, ControlChannel, dict[str, Any]], Awaitable[
 
 _E = TypeVar("_E", bound=BaseException)
 
+#: How long a link that moved waits for the next one to register before it closes (once its
+#: streams have ended): a lone server that drains refuses every new link, so none registers.
+MOVE_OVERLAP: Final = 3.0
 #: The hand-over of the link whose body this task runs (set by `run_link`, see `hand_over`).
 _HAND_OVER: ContextVar[Callable[[], trio.Event] | None] = ContextVar(
     "devyard_link_hand_over", default=None

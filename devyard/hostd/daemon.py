@@ -31,6 +31,7 @@ from .._process import EXIT_INTERRUPTED, Stopped, run_until_signalled
 from ..core import Backoff, ControlChannel, MuxError, Session, request_open
 from ..core.link import (
     HOST_PATH,
+    MOVE_OVERLAP,
     PROTO,
     LinkLost,
     LinkRefused,
@@ -283,8 +284,9 @@ async def _serve_registered(
             await race(partial(_receive_orders, control, supervisor, moved), shutdown.wait)
             if moved and not shutdown.is_set():  # make before break (docs/protocol.md 7)
                 events.cancel()  # the next link reports the events
-                with trio.move_on_after(_MOVE_GRACE):
+                with trio.move_on_after(MOVE_OVERLAP):
                     await race(moved[0].wait, shutdown.wait)
+                with trio.move_on_after(_MOVE_GRACE):
                     await race(partial(wait_streams_done, session), shutdown.wait)
             elif shutdown.is_set():  # clean stop: say so, GO_AWAY, stop instances, report them
                 with (

@@ -151,10 +151,13 @@ async def _serve(
     quick_grace: float = DEFAULT_QUICK_GRACE,
     host_token_recheck: float = RECHECK_INTERVAL,
     tls: ServerTLS | None = None,
+    drains: bool = True,
     task_status: trio.TaskStatus[BoundServer] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """The API and the edge over an open store, on one port, built top-down: the connector
-    hub, the edge (publishing host events), the services (consuming them), the API."""
+    hub, the edge (publishing host events), the services (consuming them), the API. With
+    *drains*, the shutdown trigger starts a drain first (drain.py; not ``devyard up``, whose
+    host daemon stops with it)."""
     from .api.app import api_state  # noqa: PLC0415 - the web stack loads only to serve
     from .api.serve import serve_api  # noqa: PLC0415 - the web stack loads only to serve
     from .deletion import OrganizationDeletion  # noqa: PLC0415
@@ -257,7 +260,7 @@ async def _serve(
         nursery.start_soon(deletion.resume_deletions)
         if config.metrics_listen is not None:  # the operator port (docs/operations.md)
             await nursery.start(serve_metrics, state, *attrs.astuple(config.metrics_listen))
-        if shutdown_trigger is not None:  # the first signal drains first (drain.py)
+        if shutdown_trigger is not None and drains:  # the first signal drains first
             shutdown_trigger = partial(
                 drain.after, shutdown_trigger, (edge.drain, connectors.drain)
             )
@@ -369,7 +372,7 @@ async def run_server(
             first = await first_start(store, config.admin_key_path) if bootstrap else None
             async with trio.open_nursery() as serving:
                 bound: BoundServer = await serving.start(
-                    partial(_serve, store, config, shutdown.wait, tls=tls)
+                    partial(_serve, store, config, shutdown.wait, tls=tls, drains=not bootstrap)
                 )
                 _banner(out, bound, config, first, local_ca)
                 if tls is not None:
@@ -391,7 +394,9 @@ async def run_server(
 
     outcome = await run_until_signalled(
         serve,
-        graceful="draining, then shutting down (links move, in-flight requests get a grace)",
+        graceful="shutting down (in-flight requests get a grace period)"
+        if bootstrap
+        else "draining, then shutting down (links move, in-flight requests get a grace)",
     )
     return EXIT_INTERRUPTED if isinstance(outcome, Stopped) else 0
 

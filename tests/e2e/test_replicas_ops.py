@@ -14,6 +14,7 @@ a copy of A's file.
 
 from __future__ import annotations
 
+import re
 import shutil
 import signal
 import socket
@@ -31,6 +32,8 @@ import pytest
 import trio
 
 from devyard.server.bootstrap import bootstrap_organization
+from devyard.server.config import ConfigError, load_server_config
+from devyard.server.drain import ensure_replica_id
 from devyard.server.edge import HOST_TOKENS_FILE, create_host_token
 from devyard.server.store import open_store
 from devyard.server.store.pgcluster import TemporaryCluster
@@ -124,6 +127,25 @@ def test_the_kubernetes_manifests_pass_the_linter(tmp_path: Path) -> None:
     broken = dict(deployment, spec={**deployment["spec"], "replica": 3})
     with pytest.raises(validate.ValidationError):
         validate.validate(broken, validate.latest_version(), strict=True)
+
+
+def test_the_replica_id_is_configured_or_made_once_and_kept(tmp_path: Path) -> None:
+    config = load_server_config(flags={"data_dir": str(tmp_path / "data")})
+    assert config.replica_id is None
+    assert config.drain_timeout == 30.0
+    made = ensure_replica_id(config)
+    assert re.fullmatch(r"r-[0-9a-f]{12}", made)
+    assert ensure_replica_id(config) == made  # a restart keeps it
+    assert (tmp_path / "data" / "replica-id").read_text().strip() == made
+    named = load_server_config(
+        flags={"data_dir": str(tmp_path / "data"), "replica_id": "pod-7.eu"},
+        env={"DEVYARD_DRAIN_TIMEOUT": "5"},
+    )
+    assert ensure_replica_id(named) == "pod-7.eu"
+    assert named.drain_timeout == 5.0
+    for bad in ("two words", "-dash-first", "x" * 64):
+        with pytest.raises(ConfigError, match="replica_id"):
+            load_server_config(flags={"data_dir": str(tmp_path), "replica_id": bad})
 
 
 # ---- the cluster ----------------------------------------------------------------------------
