@@ -31,10 +31,14 @@ import httpx
 import pytest
 import trio
 
+from devyard.core.link import MOVE_OVERLAP
+from devyard.hostd.daemon import HostdConfig, serve_hostd
+from devyard.server.api.serve import BoundServer
 from devyard.server.bootstrap import bootstrap_organization
-from devyard.server.config import ConfigError, load_server_config
+from devyard.server.config import ConfigError, ListenAddress, ServerConfig, load_server_config
 from devyard.server.drain import ensure_replica_id
 from devyard.server.edge import HOST_TOKENS_FILE, create_host_token
+from devyard.server.serve import serve_server
 from devyard.server.store import open_store
 from devyard.server.store.pgcluster import TemporaryCluster
 from tests.polling import until
@@ -146,6 +150,56 @@ def test_the_replica_id_is_configured_or_made_once_and_kept(tmp_path: Path) -> N
     for bad in ("two words", "-dash-first", "x" * 64):
         with pytest.raises(ConfigError, match="replica_id"):
             load_server_config(flags={"data_dir": str(tmp_path), "replica_id": bad})
+
+
+async def test_a_lone_server_drains_its_host_and_stops_within_seconds(tmp_path: Path) -> None:
+    """No other replica: the host's new link is refused (503 draining), so its old link
+    waits MOVE_OVERLAP for it, then closes; the server then stops. In process: cheap."""
+    config = ServerConfig(
+        data_dir=tmp_path / "server", listen=ListenAddress("127.0.0.1", 0), replica_id="solo"
+    )
+    _, host_token = create_host_token(config.data_dir / HOST_TOKENS_FILE)
+    hostd = HostdConfig(
+        server_url="",
+        token=host_token,
+        region=config.region,
+        data_dir=tmp_path / "host",
+        backoff_base=0.05,
+    )
+    stop_server, stop_host, stopped = trio.Event(), trio.Event(), trio.Event()
+    async with trio.open_nursery() as nursery:
+
+        async def server(task_status: trio.TaskStatus[BoundServer]) -> None:
+            await serve_server(config, shutdown_trigger=stop_server.wait, task_status=task_status)
+            stopped.set()
+
+        bound: BoundServer = await nursery.start(server)
+        hostd = attrs.evolve(hostd, server_url=bound.local_url)
+        nursery.start_soon(partial(serve_hostd, hostd, shutdown=stop_host))
+        async with httpx.AsyncClient(base_url=bound.local_url, timeout=10) as http:
+
+            async def linked() -> bool:
+                body = (await http.get("/readyz")).json()
+                return bool(body["links"] == {"host": 1, "connector": 0})
+
+            await until(linked, 20)
+            assert (await http.get("/readyz")).json()["replica"] == "solo"
+            started = trio.current_time()
+            stop_server.set()
+
+            async def draining() -> bool:
+                return (await http.get("/readyz")).status_code == 503
+
+            await until(draining, 5)
+            refused = await http.get("/v1/regions")
+            assert refused.status_code == 503, refused.text
+            assert refused.json()["reason"] == "draining"
+            with trio.fail_after(MOVE_OVERLAP + 5):
+                await stopped.wait()
+        took = trio.current_time() - started
+        assert took < MOVE_OVERLAP + 5, took
+        print(f"a lone server drained and stopped in {took:.2f} s")
+        stop_host.set()
 
 
 # ---- the cluster ----------------------------------------------------------------------------
