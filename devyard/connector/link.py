@@ -197,8 +197,8 @@ class _Link:
         meanwhile."""
         with trio.move_on_after(MOVE_OVERLAP):
             await race(arrived.wait, self.shutdown.wait, session.wait_ended)
-        with trio.move_on_after(self.config.grace):
-            await race(partial(wait_streams_done, session), self.shutdown.wait)
+        with trio.move_on_after(self.config.grace):  # a stop meanwhile gives them grace too
+            await wait_streams_done(session)
 
     def _raise_end(self, session: Session) -> None:
         """How the session ended, as the exception `run_link` acts on."""
