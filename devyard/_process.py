@@ -29,6 +29,7 @@ import trio
 
 __all__ = [
     "EXIT_INTERRUPTED",
+    "LOG_FIELDS",
     "LOG_FORMAT",
     "LOG_FORMATS",
     "LOG_LEVELS",
@@ -50,6 +51,8 @@ LOG_LEVELS: Final = ("debug", "info", "warning", "error")
 LOG_FORMATS: Final = ("text", "json")
 #: The request id of the API request this task serves (None outside a request).
 REQUEST_ID: ContextVar[str | None] = ContextVar("devyard_request_id", default=None)
+#: Fields stamped on every line this task and its children log (a server's ``replica``).
+LOG_FIELDS: ContextVar[tuple[tuple[str, str], ...]] = ContextVar("devyard_log_fields", default=())
 
 log = logging.getLogger(__name__)
 
@@ -61,12 +64,15 @@ class RequestIdFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         record.request_id = REQUEST_ID.get()
+        record.devyard_fields = LOG_FIELDS.get()
         return True
 
 
 class _TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
+        for name, value in getattr(record, "devyard_fields", ()):
+            line += f" {name}={value}"
         request_id = getattr(record, "request_id", None)
         return line if request_id is None else f"{line} request_id={request_id}"
 
@@ -89,6 +95,7 @@ class JsonFormatter(logging.Formatter):
         request_id = getattr(record, "request_id", None)
         if request_id is not None:
             entry["request_id"] = request_id
+        entry.update(getattr(record, "devyard_fields", ()))
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
         return json.dumps(entry, ensure_ascii=False)

@@ -97,6 +97,7 @@ def _server_config(
         "tls_self_signed": True if getattr(args, "tls", False) else None,
         "allow_plain_http": True if getattr(args, "allow_plain_http", False) else None,
         "metrics_listen": getattr(args, "metrics_listen", None),
+        "replica_id": getattr(args, "replica_id", None),
     }
     return load_server_config(
         flags=flags,
@@ -228,6 +229,12 @@ def _add_server_commands(sub: Sub) -> None:
         help="serve plain HTTP on a non-loopback address (a TLS proxy is in front)",
     )
     server.add_argument("--metrics-listen", metavar="HOST:PORT", help=_METRICS_HELP)
+    server.add_argument(
+        "--replica-id",
+        metavar="ID",
+        help="this replica's name in logs, metrics and /readyz (env DEVYARD_REPLICA_ID; "
+        "default: one made once and kept in the data dir)",
+    )
 
     admin = sub.add_parser("admin", help="operator commands with direct store access")
     admin_sub = admin.add_subparsers(dest="admin_command", metavar="COMMAND", required=True)

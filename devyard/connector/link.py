@@ -53,12 +53,15 @@ from ..core import (
 )
 from ..core.link import (
     CONNECTOR_PATH,
+    MOVE_OVERLAP,
     PROTO,
     LinkLost,
     LinkRefused,
+    hand_over,
     race,
     raise_for_error,
     run_link,
+    wait_streams_done,
 )
 from ..core.selectors import SelectorError, SelectorHistory, parse_dest, parse_selectors
 from ..core.tls import client_context
@@ -167,22 +170,35 @@ class _Link:
             version,
             registered.get("token_expires_at"),
         )
+        moved: list[trio.Event] = []  # the server drains: the next link's registration
         try:
             async with trio.open_nursery() as streams:
                 streams.start_soon(self._accept_loop, session, streams)
                 await race(
-                    partial(self._control_loop, session, control),
+                    partial(self._control_loop, session, control, moved),
                     session.wait_ended,
                     self.shutdown.wait,
                     partial(self._pinger, session),
                 )
-                if self.shutdown.is_set():
+                if moved and not self.shutdown.is_set():
+                    await self._moved(session, moved[0])
+                elif self.shutdown.is_set():
                     await self._drain(session, control)
                 streams.cancel_scope.cancel()
         finally:
-            self._set_role("")
-        if not self.shutdown.is_set():
+            if not moved:  # the role is the next link's once this one moved
+                self._set_role("")
+        if not self.shutdown.is_set() and not moved:
             self._raise_end(session)
+
+    async def _moved(self, session: Session, arrived: trio.Event) -> None:
+        """Make before break: the next link registers (at most `MOVE_OVERLAP`), the streams
+        here end (within ``grace``), then this link closes. The server routes nothing new here
+        meanwhile."""
+        with trio.move_on_after(MOVE_OVERLAP):
+            await race(arrived.wait, self.shutdown.wait, session.wait_ended)
+        with trio.move_on_after(self.config.grace):  # a stop meanwhile gives them grace too
+            await wait_streams_done(session)
 
     def _raise_end(self, session: Session) -> None:
         """How the session ended, as the exception `run_link` acts on."""
@@ -218,8 +234,11 @@ class _Link:
                 await session.wait_ended()  # the race's session.wait_ended reports it
                 return
 
-    async def _control_loop(self, session: Session, control: ControlChannel) -> None:
-        """Until the control stream ends (then the session's end says why)."""
+    async def _control_loop(
+        self, session: Session, control: ControlChannel, moved: list[trio.Event]
+    ) -> None:
+        """Until the control stream ends (then the session's end says why), or the server
+        drains (``drain``: the next link is dialled, `hand_over`)."""
         while True:
             try:
                 message = await control.receive()
@@ -247,6 +266,12 @@ class _Link:
                 raise_for_error(message)
             elif kind == "shutdown":
                 self._say("the server is shutting down (%s)", message.get("reason"))
+            elif kind == "drain":
+                arrived = hand_over()
+                if arrived is not None:
+                    self._say("the server drains: linking again, then this link closes")
+                    moved.append(arrived)
+                    return
             else:
                 self._say("unknown control message %r", kind, level=logging.WARNING)
 

@@ -19,6 +19,13 @@ a permanent `LinkRefused` for ends it recognises itself (a control ``error``, a 
 
 `shutdown` set means stop: before ``registered`` the attempt is cancelled; after it, the
 body sees the same event and stops cleanly, and `run_link` returns instead of reconnecting.
+
+Moving (a server that drains sends ``drain``, docs/protocol.md 7): the body calls
+`hand_over`; `run_link` dials the next link at once (behind a load balancer it lands on
+another replica) while the body goes on serving what is in flight on the old session; the
+body waits for the event `hand_over` returned (the next link is registered; at most
+`MOVE_OVERLAP`), and for its streams to end (`wait_streams_done`), and returns. Make before
+break: no stream in flight is dropped.
 """
 
 from __future__ import annotations
@@ -27,6 +34,8 @@ import json
 import logging
 import ssl
 from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
+from functools import partial
 from typing import Any, Final, TypeVar
 
 import trio
@@ -45,14 +54,17 @@ __all__ = [
     "CONNECTOR_PATH",
     "HELLO_TIMEOUT",
     "HOST_PATH",
+    "MOVE_OVERLAP",
     "PROTO",
     "LinkLost",
     "LinkRefused",
     "ServeRegistered",
     "find_in_group",
+    "hand_over",
     "race",
     "raise_for_error",
     "run_link",
+    "wait_streams_done",
 ]
 
 #: The control protocol's version, sent in ``hello`` and checked by the edge.
@@ -112,6 +124,28 @@ _EXPECTED: Final = (
 ServeRegistered = Callable[[Session, ControlChannel, dict[str, Any]], Awaitable[None]]
 
 _E = TypeVar("_E", bound=BaseException)
+
+#: How long a link that moved waits for the next one to register before it closes (once its
+#: streams have ended): a lone server that drains refuses every new link, so none registers.
+MOVE_OVERLAP: Final = 3.0
+#: The hand-over of the link whose body this task runs (set by `run_link`, see `hand_over`).
+_HAND_OVER: ContextVar[Callable[[], trio.Event] | None] = ContextVar(
+    "devyard_link_hand_over", default=None
+)
+
+
+def hand_over() -> trio.Event | None:
+    """Called by a registered body whose edge asked it to move (``drain``): `run_link` dials
+    the next link now, and this body's end is only logged. Returns an event set once the next
+    link is registered (or `run_link` stops); None outside a `run_link` body."""
+    move = _HAND_OVER.get()
+    return None if move is None else move()
+
+
+async def wait_streams_done(session: Session) -> None:
+    """Until no stream but the control stream is open on *session*, or it ended (bound it
+    with a cancel scope)."""
+    await session.wait_streams(1)
 
 
 def raise_for_error(message: Mapping[str, Any]) -> None:
@@ -187,6 +221,7 @@ async def _attempt(
     backoff: Backoff,
     shutdown: trio.Event,
     ssl_context: ssl.SSLContext | None = None,
+    on_registered: Callable[[], None] = lambda: None,
 ) -> None:
     """One link: dial, hello, registered, the caller's body. Returns only on shutdown."""
     try:
@@ -216,6 +251,7 @@ async def _attempt(
             if reply.get("type") != "registered":
                 raise LinkLost(f"expected registered, got {reply.get('type')!r}")
             backoff.succeeded(trio.current_time())
+            on_registered()
             await serve_registered(session, control, reply)
     except UpgradeRejected as exc:
         raise _refused_upgrade(exc) from None
@@ -242,34 +278,84 @@ async def run_link(
     followed by a reconnect. *ssl_context* verifies ``tls://`` and ``wss://`` servers (default:
     the system's trust store)."""
     headers = [(b"authorization", f"Bearer {token}".encode())]
-    while not shutdown.is_set():
-        retry_now = False
-        log.debug("%sdialling %s", label(), url)
+    attempts = _Attempts(
+        partial(
+            _attempt,
+            url,
+            headers,
+            hello,
+            serve_registered,
+            backoff=backoff,
+            shutdown=shutdown,
+            ssl_context=ssl_context,
+        ),
+        label,
+    )
+    permanent: LinkRefused | None = None
+    async with trio.open_nursery() as moving:  # links that moved, finishing their streams
+        while not shutdown.is_set():
+            retry_now = False
+            log.debug("%sdialling %s", label(), url)
+            try:
+                if await moving.start(attempts.run):
+                    log.info("%sthe server asked this link to move: dialling again", label())
+                    continue
+            except Exception as exc:
+                permanent = find_in_group(exc, LinkRefused, lambda e: e.permanent)
+                if permanent is not None:
+                    log.error("%sstopping for good: %s", label(), permanent)
+                    moving.cancel_scope.cancel()
+                    break
+                lost = find_in_group(exc, LinkLost, lambda e: e.retry_now)
+                retry_now = lost is not None
+                unexpected = any(not isinstance(e, _EXPECTED) for e in leaves(exc))
+                log.warning(
+                    "%slink to %s lost: %s", label(), url, describe(exc), exc_info=unexpected
+                )
+                if on_lost is not None:
+                    on_lost(exc)
+            backoff.failed(trio.current_time())
+            if shutdown.is_set():
+                break
+            delay = 0.0 if retry_now else backoff.next_delay()
+            log.info("%sreconnecting in %.1f s", label(), delay)
+            with trio.move_on_after(delay):
+                await shutdown.wait()
+        attempts.registered()  # no next link: a body still waiting for one stops waiting
+    if permanent is not None:
+        raise permanent from None
+
+
+class _Attempts:
+    """`run_link`'s attempts as tasks, and the hand-over between them (`hand_over`)."""
+
+    def __init__(self, attempt: Callable[..., Awaitable[None]], label: Callable[[], str]) -> None:
+        self._attempt = attempt
+        self._label = label
+        self._arrived = trio.Event()  # set when the next link registers
+
+    def registered(self) -> None:
+        self._arrived.set()
+        self._arrived = trio.Event()
+
+    async def run(self, *, task_status: trio.TaskStatus[bool]) -> None:
+        """One attempt; reports False when it ends, or True early when its body hands over
+        (what it raises after that is only logged: that link is done)."""
+        moved = False
+
+        def move() -> trio.Event:
+            nonlocal moved
+            if not moved:
+                moved = True
+                task_status.started(True)
+            return self._arrived
+
+        _HAND_OVER.set(move)
         try:
-            await _attempt(
-                url,
-                headers,
-                hello,
-                serve_registered,
-                backoff=backoff,
-                shutdown=shutdown,
-                ssl_context=ssl_context,
-            )
+            await self._attempt(on_registered=self.registered)
         except Exception as exc:
-            permanent = find_in_group(exc, LinkRefused, lambda e: e.permanent)
-            if permanent is not None:
-                log.error("%sstopping for good: %s", label(), permanent)
-                raise permanent from None
-            lost = find_in_group(exc, LinkLost, lambda e: e.retry_now)
-            retry_now = lost is not None
-            unexpected = any(not isinstance(e, _EXPECTED) for e in leaves(exc))
-            log.warning("%slink to %s lost: %s", label(), url, describe(exc), exc_info=unexpected)
-            if on_lost is not None:
-                on_lost(exc)
-        backoff.failed(trio.current_time())
-        if shutdown.is_set():
-            return
-        delay = 0.0 if retry_now else backoff.next_delay()
-        log.info("%sreconnecting in %.1f s", label(), delay)
-        with trio.move_on_after(delay):
-            await shutdown.wait()
+            if not moved:
+                raise
+            log.info("%sthe link that moved ended: %s", self._label(), describe(exc))
+        if not moved:
+            task_status.started(False)

@@ -244,7 +244,11 @@ class Session:
     async def drain(self) -> None:
         """GO_AWAY, then wait until every stream has finished (bound it with a cancel scope)."""
         self.go_away_nowait(GoAwayCode.NORMAL)
-        while self._streams and not self._ended:
+        await self.wait_streams(0)
+
+    async def wait_streams(self, at_most: int) -> None:
+        """Until at most *at_most* streams are open, or the session ended."""
+        while len(self._streams) > at_most and not self._ended:
             await self._slot_lot.park()
         await checkpoint()
 

@@ -18,6 +18,7 @@ import contextlib
 import logging
 import socket
 import sys
+from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
 from typing import Any, Final, TextIO
@@ -30,13 +31,16 @@ from .._process import EXIT_INTERRUPTED, Stopped, run_until_signalled
 from ..core import Backoff, ControlChannel, MuxError, Session, request_open
 from ..core.link import (
     HOST_PATH,
+    MOVE_OVERLAP,
     PROTO,
     LinkLost,
     LinkRefused,
     find_in_group,
+    hand_over,
     race,
     raise_for_error,
     run_link,
+    wait_streams_done,
 )
 from ..core.tls import client_context
 from ..core.transports import link_url
@@ -69,6 +73,8 @@ EXIT_PERMANENT: Final = 3
 EXIT_VERSION: Final = 4  # this host daemon is older than the server takes (core/versions.py)
 _STOP_GRACE: Final = 10.0
 _SAY_GRACE: Final = 2.0
+#: How long a link the server asked to move keeps its streams (the server bounds it too).
+_MOVE_GRACE: Final = 60.0
 _PLATFORMS_BY_DRIVER: Final = {
     "virtual": ("android", "ios", "xcode", "gradle"),
     "android-emulator": ("android",),
@@ -269,12 +275,20 @@ async def _serve_registered(
     control: ControlChannel,
 ) -> None:
     egress.session = session
+    moved: list[trio.Event] = []  # the server drains: the next link's registration
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(serve_streams, session, supervisor.endpoint)
-            nursery.start_soon(_send_events, control, supervisor)
-            await race(partial(_receive_orders, control, supervisor), shutdown.wait)
-            if shutdown.is_set():  # clean stop: say so, GO_AWAY, stop instances, report them
+            events = trio.CancelScope()
+            nursery.start_soon(_in_scope, events, partial(_send_events, control, supervisor))
+            await race(partial(_receive_orders, control, supervisor, moved), shutdown.wait)
+            if moved and not shutdown.is_set():  # make before break (docs/protocol.md 7)
+                events.cancel()  # the next link reports the events
+                with trio.move_on_after(MOVE_OVERLAP):
+                    await race(moved[0].wait, shutdown.wait)
+                with trio.move_on_after(_MOVE_GRACE):
+                    await race(partial(wait_streams_done, session), shutdown.wait)
+            elif shutdown.is_set():  # clean stop: say so, GO_AWAY, stop instances, report them
                 with (
                     trio.move_on_after(_SAY_GRACE),
                     contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError),
@@ -286,10 +300,20 @@ async def _serve_registered(
                     await supervisor.wait_idle()
             nursery.cancel_scope.cancel()
     finally:
-        egress.session = None
+        if egress.session is session:  # not the next link's
+            egress.session = None
 
 
-async def _receive_orders(control: ControlChannel, supervisor: Supervisor) -> None:
+async def _in_scope(scope: trio.CancelScope, task: Callable[[], Awaitable[object]]) -> None:
+    with scope:
+        await task()
+
+
+async def _receive_orders(
+    control: ControlChannel, supervisor: Supervisor, moved: list[trio.Event]
+) -> None:
+    """Orders until the control stream ends (`LinkLost`), or until the server drains: then
+    the next link is dialled (`hand_over`) and this returns."""
     while True:
         try:
             message = await control.receive()
@@ -304,6 +328,12 @@ async def _receive_orders(control: ControlChannel, supervisor: Supervisor) -> No
             raise_for_error(message)
         elif kind == "shutdown":
             log.info("the edge is shutting down (%s)", message.get("reason"))
+        elif kind == "drain":
+            arrived = hand_over()
+            if arrived is not None:
+                log.info("the server drains: linking again; this link ends with its streams")
+                moved.append(arrived)
+                return
         else:
             log.warning("unknown control message %r", kind)
 

@@ -14,6 +14,10 @@ Keys (file key / environment variable):
     regions             DEVYARD_REGIONS             regions placement knows (below; env: JSON)
     max_body_bytes      DEVYARD_MAX_BODY_BYTES      largest accepted request body
     shutdown_grace      DEVYARD_SHUTDOWN_GRACE      seconds in-flight requests get on shutdown
+    replica_id          DEVYARD_REPLICA_ID          this replica's name in logs, metrics, /readyz;
+                                                    unset = one made once and kept in data_dir
+    drain_timeout       DEVYARD_DRAIN_TIMEOUT       seconds a SIGTERM drain waits for links to
+                                                    move and streams to end; default 30
     link_listen         DEVYARD_LINK_LISTEN         HOST:PORT for raw host/connector links; unset
                                                     = off (links use the API port's WebSockets)
     link_tls_cert       DEVYARD_LINK_TLS_CERT       PEM certificate chain: raw links are TLS
@@ -173,6 +177,9 @@ class ServerConfig:
     regions: tuple[RegionConfig, ...] = ()
     max_body_bytes: int = 1024 * 1024
     shutdown_grace: float = 10.0
+    # several replicas (docs/operations.md, "Several replicas"; devyard/server/drain.py)
+    replica_id: str | None = None  # None: drain.ensure_replica_id keeps one in data_dir
+    drain_timeout: float = attrs.field(default=30.0, validator=attrs.validators.ge(0))
     rate_limit: RateLimitConfig = RateLimitConfig()
     billing: Catalog = DEFAULT_CATALOG  # the plan catalog (billing/plans.py)
     payments: ProviderConfig = attrs.field(factory=ProviderConfig)  # billing/settings.py
@@ -340,6 +347,16 @@ def _parse_regions(value: object) -> tuple[RegionConfig, ...]:
     return regions
 
 
+_REPLICA_ID: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+
+
+def _parse_replica_id(value: object) -> str:
+    text = _str(value)
+    if not _REPLICA_ID.match(text):
+        raise ValueError("expected 1-63 letters, digits, '.', '_' or '-' (a pod or host name)")
+    return text
+
+
 def _str(value: object) -> str:
     if not isinstance(value, str) or not value:
         raise ValueError(f"expected a non-empty string, got {value!r}")
@@ -422,6 +439,8 @@ _PARSERS: Final[dict[str, Callable[[object], Any]]] = {
     "regions": _parse_regions,
     "max_body_bytes": _positive_int,
     "shutdown_grace": _non_negative_float,
+    "replica_id": _parse_replica_id,
+    "drain_timeout": _non_negative_float,
     "link_listen": _parse_listen,
     "link_tls_cert": _path,
     "link_tls_key": _path,
@@ -590,10 +609,16 @@ def _peer_config(values: Mapping[str, object]) -> dict[str, PeerConfig]:
         return {}
     from .edge.peers import PeerConfig  # noqa: PLC0415 - the edge loads only for replicas
 
+    top_id = values.get("replica_id")
+    if keys.get("replica_id") and top_id and keys["replica_id"] != top_id:
+        raise ConfigError(
+            f"[peers] replica_id {keys['replica_id']!r} differs from replica_id {top_id!r}: "
+            "one replica has one name (set replica_id alone)"
+        )
     try:
         return {"peers": PeerConfig(**keys)}  # type: ignore[arg-type]
     except (TypeError, ValueError) as exc:
-        message = "[peers] needs replica_id and cluster_secret (16+ characters)"
+        message = "[peers] needs cluster_secret (16+ characters)"
         raise ConfigError(f"{message}: {exc}") from None
 
 

@@ -39,12 +39,14 @@ if TYPE_CHECKING:
     from .store.base import Store
 
 __all__ = [
+    "DRAINING",
     "HTTP_DURATION",
     "HTTP_REQUESTS",
     "INSTANCE_STREAMS",
     "LINKS",
     "RATE_LIMITED",
     "REGISTRY",
+    "REPLICA_INFO",
     "STORE_DURATION",
     "TUNNEL_BYTES",
     "TUNNEL_STREAMS",
@@ -102,6 +104,17 @@ LINKS: Final = Gauge(
     "devyard_links",
     "Registered links at the edge, by kind (host, connector).",
     ["kind"],
+    registry=REGISTRY,
+)
+DRAINING: Final = Gauge(
+    "devyard_server_draining",
+    "1 while this replica drains (refuses new links and requests), else 0 (server/drain.py).",
+    registry=REGISTRY,
+)
+REPLICA_INFO: Final = Gauge(
+    "devyard_server_replica_info",
+    "This replica's id (docs/operations.md, Several replicas).",
+    ["replica"],
     registry=REGISTRY,
 )
 RATE_LIMITED: Final = Counter(

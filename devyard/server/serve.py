@@ -25,19 +25,21 @@ from urllib.parse import urlsplit
 import attrs
 import trio
 
-from .._process import EXIT_INTERRUPTED, Stopped, run_until_signalled
+from .._process import EXIT_INTERRUPTED, LOG_FIELDS, Stopped, run_until_signalled
 from ..core.link import CONNECTOR_PATH, HOST_PATH
 from ..core.transports import is_loopback_host
 from .blobs.service import AssetBlobs
 from .blobs.settings import open_asset_blobs, sibling_store
 from .bootstrap import FirstStart, bootstrap_organization, first_start
 from .builds import BUILD_LOGS_DIR, BuildLogs
-from .cluster.serve import clustered, run_cluster, wire_service
+from .cluster.serve import cluster_holders, clustered, run_cluster, wire_service
 from .config import ServerConfig
+from .drain import CURRENT, Drain, with_replica_id
 from .edge import DEFAULT_HOST_GRACE, HOST_TOKENS_FILE, HostTokens, open_edge
-from .edge.connectors import DEFAULT_QUICK_GRACE, open_connector_hub
-from .edge.forward import HolderLookup, open_forwarding
+from .edge.connectors import DEFAULT_QUICK_GRACE, ConnectorHub, open_connector_hub
+from .edge.forward import Forwarding, HolderLookup, open_forwarding
 from .edge.gateway import INSTANCES_PREFIX, InstanceGateway
+from .edge.links import Edge
 from .edge.rawlinks import RawRoute, open_raw_listeners, serve_raw_links
 from .edge.tokens import RECHECK_INTERVAL, drop_revoked_hosts
 from .hosts import EVENT_BUFFER, Activity, HostEvent
@@ -155,10 +157,13 @@ async def _serve(
     host_token_recheck: float = RECHECK_INTERVAL,
     tls: ServerTLS | None = None,
     holders: HolderLookup | None = None,  # who holds which link (replicas, docs/replicas.md)
+    drains: bool = True,
     task_status: trio.TaskStatus[BoundServer] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """The API and the edge over an open store, on one port, built top-down: the connector
-    hub, the edge (publishing host events), the services (consuming them), the API."""
+    hub, the edge (publishing host events), the services (consuming them), the API. With
+    *drains*, the shutdown trigger starts a drain first (drain.py; not ``devyard up``, whose
+    host daemon stops with it)."""
     from .api.app import api_state  # noqa: PLC0415 - the web stack loads only to serve
     from .api.serve import serve_api  # noqa: PLC0415 - the web stack loads only to serve
     from .deletion import OrganizationDeletion  # noqa: PLC0415
@@ -166,17 +171,15 @@ async def _serve(
     from .mcp import McpService, StoreAssets  # noqa: PLC0415 - the mcp SDK loads only to serve
     from .tunnels import StoreTunnelDirectory, TunnelService  # noqa: PLC0415
 
+    config, drain = await _replica(config)
     tokens = HostTokens(config.data_dir / HOST_TOKENS_FILE)
     activity = Activity()
     directory = StoreInstanceDirectory(store, activity)
-    receive_events: trio.MemoryReceiveChannel[HostEvent] | None = None
-    if host_events is None:
-        send_events, receive_events = trio.open_memory_channel[HostEvent](EVENT_BUFFER)
-    else:
-        send_events = host_events
+    send_events, receive_events = _host_events(host_events)
     # Hosts the store has live instances on: each gets the host-lost grace until it links.
     expected = {i.host_id for i in await store.list_live_instances() if i.host_id is not None}
     timers = () if clustered(config) else expected  # a cluster keeps host leases instead
+    holders = holders or cluster_holders(config)  # who holds which link, for forwarding
     async with (
         open_asset_blobs(  # the [blobs] backend (docs/blobs.md)
             store,
@@ -203,7 +206,11 @@ async def _serve(
         trio.open_nursery() as nursery,
     ):
         parts = await nursery.start(  # the edge and hub themselves unless [cluster]
-            partial(run_cluster, config, store, edge, connectors, send_events, expected, host_grace)
+            partial(
+                run_cluster,
+                *(config, store, edge, connectors, send_events, expected, host_grace),
+                holders=holders,
+            )
         )
         tunnel_service = TunnelService(store, parts.tunnels)
         service = InstanceService(
@@ -226,8 +233,7 @@ async def _serve(
                 interval=host_token_recheck,
             )
         )
-        links: dict[str, RawASGI] = {HOST_PATH: edge, CONNECTOR_PATH: connectors}
-        links.update(forwarding.routes(edge, connectors))  # replicas (docs/replicas.md)
+        links = _link_routes(drain, edge, connectors, forwarding)
         link_port = None
         raw_link = None
         listeners = None
@@ -264,28 +270,78 @@ async def _serve(
             mcp=mcp,
         )
         if listeners is not None:
-            raw_routes: dict[str, RawRoute] = {
-                HOST_PATH: edge.serve_upgrade,
-                CONNECTOR_PATH: connectors.serve_upgrade,
-                INSTANCES_PREFIX: gateway.serve_upgrade,  # adb only, there
-            }
-            raw_routes.update(forwarding.raw_routes())
+            raw_routes = _raw_routes(drain, edge, connectors, gateway, forwarding)
             await nursery.start(serve_raw_links, listeners, raw_routes)
         # deletions a crash interrupted finish now (they end instances on linked hosts)
         deletion = OrganizationDeletion(store, service, tunnel_service, state.assets)
         nursery.start_soon(deletion.resume_deletions)
         if config.metrics_listen is not None:  # the operator port (docs/operations.md)
             await nursery.start(serve_metrics, state, *attrs.astuple(config.metrics_listen))
+        if shutdown_trigger is not None and drains:  # the first signal drains first
+            shutdown_trigger = partial(
+                drain.after, shutdown_trigger, (edge.drain, connectors.drain)
+            )
         await serve_api(
             state,
             shutdown_trigger=shutdown_trigger,
             websockets=dict(links),
             link_port=link_port,
-            prefixes={INSTANCES_PREFIX: gateway},
+            prefixes={INSTANCES_PREFIX: drain.guard_asgi(None, gateway)},
             tls=tls,
             task_status=task_status,
         )
         nursery.cancel_scope.cancel()
+
+
+async def _replica(config: ServerConfig) -> tuple[ServerConfig, Drain]:
+    """*config* with its replica id, everywhere below, and the replica's drain state (set
+    for the API's tasks: readiness, refusals while draining; devyard/server/drain.py)."""
+    config = await with_replica_id(config)
+    assert config.replica_id is not None
+    drain = Drain(config.replica_id, config.drain_timeout)
+    CURRENT.set(drain)
+    return config, drain
+
+
+def _host_events(
+    given: trio.MemorySendChannel[HostEvent] | None,
+) -> tuple[trio.MemorySendChannel[HostEvent], trio.MemoryReceiveChannel[HostEvent] | None]:
+    """Where the edge publishes host events: *given* (a test listens), else a channel to the
+    instances service."""
+    if given is not None:
+        return given, None
+    return trio.open_memory_channel[HostEvent](EVENT_BUFFER)
+
+
+def _link_routes(
+    drain: Drain, edge: Edge, connectors: ConnectorHub, forwarding: Forwarding
+) -> dict[str, RawASGI]:
+    """The link routes on the API port (WebSocket), counted and refused while draining."""
+    links: dict[str, RawASGI] = {
+        HOST_PATH: drain.guard_asgi("host", edge),
+        CONNECTOR_PATH: drain.guard_asgi("connector", connectors),
+    }
+    for path, peers in forwarding.routes(edge, connectors).items():  # docs/replicas.md
+        links[path] = drain.guard_asgi("peer", peers)
+    return links
+
+
+def _raw_routes(
+    drain: Drain,
+    edge: Edge,
+    connectors: ConnectorHub,
+    gateway: InstanceGateway,
+    forwarding: Forwarding,
+) -> dict[str, RawRoute]:
+    """The routes of the raw link port, as `_link_routes` (and adb, which is no link)."""
+    routes: dict[str, RawRoute] = {
+        HOST_PATH: drain.guard_raw("host", edge.serve_upgrade),
+        CONNECTOR_PATH: drain.guard_raw("connector", connectors.serve_upgrade),
+        INSTANCES_PREFIX: drain.guard_raw(None, gateway.serve_upgrade),  # adb only
+    }
+    for path, route in forwarding.raw_routes().items():
+        routes[path] = drain.guard_raw("peer", route)
+    return routes
 
 
 def _build_logs(store: Store, config: ServerConfig, assets: AssetBlobs) -> BuildLogs | None:
@@ -378,10 +434,13 @@ async def run_server(
     async def serve(shutdown: trio.Event) -> None:
         tls, local_ca = await trio.to_thread.run_sync(load_server_tls, config)
         async with open_configured_store(config) as store:
+            if not bootstrap:  # a server's log lines carry its replica id (drain.py)
+                replica = await with_replica_id(config)
+                LOG_FIELDS.set((*LOG_FIELDS.get(), ("replica", str(replica.replica_id))))
             first = await first_start(store, config.admin_key_path) if bootstrap else None
             async with trio.open_nursery() as serving:
                 bound: BoundServer = await serving.start(
-                    partial(_serve, store, config, shutdown.wait, tls=tls)
+                    partial(_serve, store, config, shutdown.wait, tls=tls, drains=not bootstrap)
                 )
                 _banner(out, bound, config, first, local_ca)
                 if tls is not None:
@@ -402,7 +461,10 @@ async def run_server(
         # The API returned: a graceful shutdown is complete.
 
     outcome = await run_until_signalled(
-        serve, graceful="shutting down (in-flight requests get a grace period)"
+        serve,
+        graceful="shutting down (in-flight requests get a grace period)"
+        if bootstrap
+        else "draining, then shutting down (links move, in-flight requests get a grace)",
     )
     return EXIT_INTERRUPTED if isinstance(outcome, Stopped) else 0
 

@@ -10,23 +10,12 @@ lease ran out is never returned.
 
 from __future__ import annotations
 
-from typing import Protocol
+import trio
 
-import attrs
-
+from ..edge.forward import Holder, HolderLookup
 from ..store.sql_cluster import SqlCluster
 
-__all__ = ["Holder", "HolderLookup", "Holders"]
-
-
-@attrs.frozen
-class Holder:
-    replica_id: str
-    peer_url: str  # the holder replica's peer URL
-
-
-class HolderLookup(Protocol):
-    async def holder(self, kind: str, key: str) -> Holder | None: ...  # kind "host" or "connector"
+__all__ = ["DeferredHolders", "Holder", "HolderLookup", "Holders"]
 
 
 class Holders:
@@ -38,3 +27,17 @@ class Holders:
     async def holder(self, kind: str, key: str) -> Holder | None:
         row = await self._cluster.holder(kind, key)
         return None if row is None else Holder(row.replica_id, row.peer_url)
+
+
+class DeferredHolders:
+    """A `HolderLookup` for the forwarding that serve.py opens before the cluster runs: it
+    knows no holder (forwarding answers "not connected") until `run_cluster` sets *target*."""
+
+    def __init__(self) -> None:
+        self.target: HolderLookup | None = None
+
+    async def holder(self, kind: str, key: str) -> Holder | None:
+        if self.target is None:
+            await trio.lowlevel.checkpoint()
+            return None
+        return await self.target.holder(kind, key)

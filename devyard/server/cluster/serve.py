@@ -26,9 +26,10 @@ from ..store.sql_cluster import SqlCluster
 from ..tunnels import TunnelConnections
 from .bus import channel_name, open_bus
 from .hosts import ClusterHosts
+from .registry import DeferredHolders, HolderLookup, Holders
 from .tunnels import ClusterTunnels
 
-__all__ = ["Parts", "clustered", "replica_id_of", "run_cluster", "wire_service"]
+__all__ = ["Parts", "cluster_holders", "clustered", "replica_id_of", "run_cluster", "wire_service"]
 
 _POOL: Final = 4  # lease renewals, reservations and lookups: their own connections
 
@@ -46,6 +47,12 @@ def clustered(config: ServerConfig) -> bool:
     return config.cluster.enabled and url.startswith(("postgresql://", "postgres://"))
 
 
+def cluster_holders(config: ServerConfig) -> HolderLookup | None:
+    """What forwarding asks who holds a link: the cluster's registry when this server is a
+    replica with peer links (``[cluster]`` and ``[peers]``), else None (no forwarding)."""
+    return DeferredHolders() if clustered(config) and config.peers is not None else None
+
+
 def replica_id_of(config: ServerConfig) -> str:
     """The configured ``replica_id`` (docs/operations.md), else a random one per start."""
     configured = getattr(config, "replica_id", None)  # the top-level key (issue 23, operations)
@@ -61,9 +68,11 @@ async def run_cluster(  # noqa: PLR0917 - nursery.start passes arguments by posi
     expected: Iterable[str],
     grace: float,
     *,
+    holders: HolderLookup | None = None,
     task_status: trio.TaskStatus[Parts] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Start with the `Parts` the services use; run until cancelled."""
+    """Start with the `Parts` the services use; run until cancelled. A `DeferredHolders`
+    given as *holders* (`cluster_holders`) is pointed at the cluster's link registry."""
     if not clustered(config) or config.database_url is None:
         task_status.started(Parts(edge, connectors))
         return
@@ -71,6 +80,8 @@ async def run_cluster(  # noqa: PLR0917 - nursery.start passes arguments by posi
     url = config.database_url
     async with open_postgres_database(url, max_connections=_POOL) as db:
         cluster = SqlCluster(db)
+        if isinstance(holders, DeferredHolders):
+            holders.target = Holders(cluster)
         channel = channel_name(await cluster.current_schema())
         async with open_bus(url, channel, replica_id, cluster) as bus, trio.open_nursery() as n:
             hosts = ClusterHosts(

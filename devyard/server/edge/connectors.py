@@ -464,6 +464,14 @@ class ConnectorHub:
             self._nursery.start_soon(_send_within, promoted, {"type": "promote"})
         self._active_changed()
 
+    async def drain(self) -> None:
+        """This server drains: every connector is told to link again (``drain``,
+        docs/protocol.md 7); each send bounded, a dead link skipped."""
+        async with trio.open_nursery() as nursery:
+            for entry in list(self._tunnels.values()):
+                for connector in entry.connectors():
+                    nursery.start_soon(_send_within, connector, {"type": "drain"})
+
     async def _kick(self, connector: _Connector, code: str, go_away: int, message: str) -> None:
         """A permanent end: ``error``, GO_AWAY, then the link's task closes the session.
         ``kicked`` is set last: the caller may be a task of that link (the expiry watch),

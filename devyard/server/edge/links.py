@@ -342,6 +342,20 @@ class Edge:
             link.running.add(event.instance_id)
         await self._events.send(InstanceReported(link.host_id, event))
 
+    async def drain(self) -> None:
+        """This server drains: every linked host is told to link again (``drain``,
+        docs/protocol.md 7); each send bounded, a dead link skipped."""
+        async with trio.open_nursery() as nursery:
+            for link in list(self._links.values()):
+                nursery.start_soon(self._say_drain, link)
+
+    async def _say_drain(self, link: _Link) -> None:
+        with trio.move_on_after(_OPEN_TIMEOUT):
+            try:
+                await link.control.send({"type": "drain"})
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                log.info("host %s: link broke while telling it to move", link.host_id)
+
     def expect(self, host_ids: Iterable[str]) -> None:
         """Hosts that should link (the store has live instances on them): each one that is
         not linked now gets the grace timer, as if its link had just dropped."""

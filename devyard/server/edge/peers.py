@@ -75,12 +75,14 @@ _MAX_REPLICA_ID: Final = 200
 class PeerConfig:
     """A replica's settings for links to its peers (`ServerConfig.peers`).
 
-    *replica_id* names this replica in its hello (and the holder registry compares it with a
-    holder's); *cluster_secret* is shared by every replica of the cluster and never shown.
+    *replica_id* (the server's ``replica_id``) names this replica in its hello (and the
+    holder registry compares it with a holder's); *cluster_secret* is shared by every
+    replica of the cluster and never shown.
     *dial_timeout* bounds how long a first need waits for a link to come up."""
 
-    replica_id: str = attrs.field(validator=attrs.validators.min_len(1))
     cluster_secret: str = attrs.field(repr=False, validator=attrs.validators.min_len(16))
+    # "" until serve.py fills in the server's ``replica_id`` (drain.with_replica_id)
+    replica_id: str = ""
     dial_timeout: float = attrs.field(default=10.0, validator=attrs.validators.gt(0))
     backoff_base: float = attrs.field(default=0.5, validator=attrs.validators.gt(0))
 

@@ -109,7 +109,7 @@ async def open_cluster(tmp_path: Path) -> AsyncIterator[Cluster]:
             data_dir=tmp_path / name,
             listen=ListenAddress("127.0.0.1", 0),
             link_listen=ListenAddress("127.0.0.1", 0),
-            peers=PeerConfig(name, SECRET, backoff_base=0.05),
+            peers=PeerConfig(replica_id=name, cluster_secret=SECRET, backoff_base=0.05),
         )
         for name in ("r1", "r2")
     ]
@@ -358,7 +358,7 @@ async def test_resets_refusals_boundaries_and_egress_across_replicas(tmp_path: P
             assert forwarder.forwarded == before
 
         # a wrong cluster secret is refused at the upgrade (401), and the pool says so at once
-        stranger = PeerConfig("r9", "not-the-cluster-secret-at-all")
+        stranger = PeerConfig(replica_id="r9", cluster_secret="not-the-cluster-secret-at-all")
         async with open_peer_pool(stranger) as pool:
             with trio.fail_after(10), pytest.raises(PeerUnavailable, match="refused"):
                 await pool.open_stream(r1.url)

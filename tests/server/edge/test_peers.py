@@ -29,10 +29,10 @@ def test_a_token_names_its_replica_and_proves_the_secret() -> None:
 
 
 def test_the_secret_is_never_shown_and_must_be_long_enough(tmp_path: Path) -> None:
-    config = PeerConfig("r1", SECRET)
+    config = PeerConfig(replica_id="r1", cluster_secret=SECRET)
     assert SECRET not in repr(config)
     with pytest.raises(ValueError):
-        PeerConfig("r1", "short")
+        PeerConfig(replica_id="r1", cluster_secret="short")
     env = {
         "DEVYARD_DATA_DIR": str(tmp_path),
         "DEVYARD_PEERS_REPLICA_ID": "r1",

@@ -7,12 +7,14 @@ import os
 from typing import Final
 
 import trio
-from quart import Blueprint, Response, jsonify
+from quart import Blueprint, Response, jsonify, request
 
 from .... import __version__
 from ...accounts.notify import notify_operators
 from ...blobs import LocalBlobStore
+from ...drain import CURRENT, RETRY_AFTER
 from ...store import errors as store_errors
+from .._errors import Unavailable
 from ..context import body, request_input, state
 from ..views import base_url
 
@@ -25,6 +27,22 @@ blueprint = Blueprint("health", __name__)
 _CHECK_TIMEOUT_S: Final = 5.0
 #: The checks whose failure makes the server not ready.
 _GATES: Final = ("store", "blobs")
+#: Paths a draining replica still answers (the probes).
+_PROBES: Final = frozenset({"/livez", "/readyz"})
+
+
+@blueprint.before_app_request
+async def refuse_while_draining() -> None:
+    """A draining replica takes no new API request (503 ``draining``, ``Retry-After``): a
+    load balancer retries it on another replica (docs/operations.md, Several replicas)."""
+    drain = CURRENT.get()
+    if drain is not None and drain.draining and request.path not in _PROBES:
+        refusal = Unavailable(
+            "this server is draining: retry, another replica will answer",
+            retry_after=RETRY_AFTER,
+        )
+        refusal.reason = "draining"
+        raise refusal
 
 
 @blueprint.get("/livez")
@@ -73,6 +91,14 @@ async def readyz() -> tuple[Response, int]:
     }
     failed = [f"{name} {checks[name]}" for name in _GATES if checks[name] != "ok"]
     body: dict[str, object] = {"version": __version__, "checks": checks}
+    drain = CURRENT.get()
+    if drain is not None:  # a served replica: who it is, its links by kind
+        counts = drain.link_counts()
+        links = {kind: counts.get(kind, 0) for kind in ("host", "connector")}
+        body |= {"replica": drain.replica_id, "links": links | counts}
+        if drain.draining:
+            message = "draining: this replica takes no new links or requests"
+            return jsonify({"message": message, "reason": "draining", **body}), 503
     if failed:
         message = "not ready: " + ", ".join(failed)
         if checks["store"] != "ok":
