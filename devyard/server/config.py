@@ -92,6 +92,7 @@ from .billing.plans import DEFAULT_CATALOG, Catalog, CatalogError, parse_catalog
 from .billing.settings import ProviderConfig
 from .blobs import settings as blob_settings
 from .blobs.settings import BlobSettings
+from .build_cache.settings import BuildCacheSettings
 
 __all__ = [
     "ENV_CONFIG_FILE",
@@ -199,6 +200,8 @@ class ServerConfig:
         return self.data_dir / "tls"
     # [accounts]: organization creation, invitations, SMTP, DNS (accounts/settings.py)
     accounts: AccountsConfig = attrs.field(factory=AccountsConfig)
+    # the organization build cache's bounds (build_cache/settings.py, docs/builds.md)
+    build_cache: BuildCacheSettings = attrs.field(factory=BuildCacheSettings)
 
     @property
     def base_url(self) -> str:

@@ -109,6 +109,7 @@ class Edge:
         self._links: dict[str, _Link] = {}
         self._grace_scopes: dict[str, trio.CancelScope] = {}
         self.build_logs: BuildLogSink | None = None  # set by serve.py (docs/builds.md)
+        self.build_cache: Any = None  # set by serve.py (build_cache/service.py)
 
     def __repr__(self) -> str:
         return f"Edge(hosts={sorted(self._links)})"
@@ -258,6 +259,8 @@ class Edge:
                 request = await read_open(stream)
             if request["kind"] == "build_log" and self.build_logs is not None:
                 await self.build_logs.serve_build_log(host_id, request, stream)
+            elif request["kind"] == "build_cache" and self.build_cache is not None:
+                await self.build_cache.serve_host_stream(host_id, request, stream)
             elif request["kind"] != "egress":
                 await reject_open(stream, "bad-request", f"hosts may not open {request['kind']!r}")
             else:
