@@ -41,6 +41,7 @@ _BUILD_PLATFORMS: Final = frozenset({"xcode", "gradle"})
 _CHUNK: Final = 256 * 1024
 _BATCH: Final = 500
 _MAX_LISTED: Final = 4096
+ORPHAN_GRACE: Final = 3600.0
 
 
 class BadKey(ValueError):
@@ -161,10 +162,31 @@ class BuildCacheService:
                 removed += 1
         return removed
 
+    async def sweep_deleted(self, *, grace: float = ORPHAN_GRACE) -> int:
+        """Remove the blobs of organizations that no longer exist (their rows went with
+        them), none written in the last *grace* seconds; how many."""
+        cutoff = self.wall_clock() - grace
+        by_org: dict[str, list[str]] = {}
+        for blob in await self.blobs.list_blobs():
+            org_id, dot, _ = blob.key.rpartition(".")
+            if dot and blob.modified < cutoff:
+                by_org.setdefault(org_id, []).append(blob.key)
+        removed = 0
+        for org_id, keys in by_org.items():
+            try:
+                await self.store.get_organization(org_id)
+                continue
+            except store_errors.NotFound:
+                pass
+            for key in keys:
+                await self.blobs.delete(key)
+                removed += 1
+        return removed
+
     async def run_sweeper(self) -> None:
         while True:
             try:
-                removed = await self.sweep()
+                removed = await self.sweep() + await self.sweep_deleted()
             except (BlobStoreError, store_errors.StoreError) as exc:
                 log.warning("sweeping the build cache failed, retrying later: %s", exc)
             else:

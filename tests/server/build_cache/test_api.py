@@ -128,3 +128,24 @@ async def test_the_sweep_drops_idle_entries(store: Store, callers: Callers, tmp_
     body = await service.get(org, KEY_B)
     assert body is not None and b"".join([c async for c in body]) == b"newer"
     assert [b.key for b in await blobs.list_blobs()] == [f"{org}.{KEY_B}"]
+
+
+async def test_a_deleted_organizations_entries_leave_the_backend(
+    store: Store, callers: Callers, tmp_path: Path
+) -> None:
+    assert isinstance(store, SqlBuildCache)
+    now = [1_800_000_000.0]
+    blobs = LocalBlobStore(tmp_path / "build-cache")
+    service = BuildCacheService(
+        store, store, blobs, BuildCacheSettings(), wall_clock=lambda: now[0]
+    )
+
+    async def one(data: bytes):  # type: ignore[no-untyped-def]
+        yield data
+
+    ours, theirs = callers.admin.org_id, callers.other_admin.org_id
+    await service.put(ours, KEY_A, one(b"kept"))
+    await service.put(theirs, KEY_A, one(b"goes"))
+    await store.delete_organization(theirs)
+    assert await service.sweep_deleted(grace=0) == 1  # the local store's mtimes are real
+    assert [b.key for b in await blobs.list_blobs()] == [f"{ours}.{KEY_A}"]
