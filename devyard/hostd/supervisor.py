@@ -40,6 +40,7 @@ from . import metrics
 from .browser import BrowserConfig, browser_config, run_browser_sandbox, wants_browser
 from .builds import BuildHost
 from .builds.sandbox_net import build_options
+from .builds.server_cache import ServerCache
 from .drivers import (
     AndroidDevice,
     DeviceDriver,
@@ -352,6 +353,8 @@ class Supervisor:
                     builds = getattr(device, "builds", None)  # a build instance's (builds/)
                     if isinstance(builds, BuildHost):
                         builds.reporter = partial(self.report_build, instance.instance_id)
+                        to_server = partial(self._egress, instance.instance_id)
+                        builds.cache.upstream = ServerCache(to_server)  # docs/builds.md
                     assign(device, DeviceNetwork(self.net_policy, trusted=self._trusted))
                     if tunnel is not None and proxy is not None:  # first: initial apps may need it
                         await self._attach(instance.instance_id, device, tunnel, proxy)

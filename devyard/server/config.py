@@ -103,6 +103,7 @@ from .cluster.settings import ClusterConfig
 
 if TYPE_CHECKING:
     from .edge.peers import PeerConfig
+from .build_cache.settings import BuildCacheSettings
 
 __all__ = [
     "ENV_CONFIG_FILE",
@@ -218,6 +219,8 @@ class ServerConfig:
     accounts: AccountsConfig = attrs.field(factory=AccountsConfig)
     # [cluster]: replicas sharing PostgreSQL (cluster/settings.py, docs/scale-out.md)
     cluster: ClusterConfig = attrs.field(factory=ClusterConfig)
+    # the organization build cache's bounds (build_cache/settings.py, docs/builds.md)
+    build_cache: BuildCacheSettings = attrs.field(factory=BuildCacheSettings)
 
     @property
     def base_url(self) -> str:

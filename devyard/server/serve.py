@@ -31,6 +31,8 @@ from ..core.transports import is_loopback_host
 from .blobs.service import AssetBlobs
 from .blobs.settings import open_asset_blobs, sibling_store
 from .bootstrap import FirstStart, bootstrap_organization, first_start
+from .build_cache import NAMESPACE as BUILD_CACHE_NAMESPACE
+from .build_cache import BuildCacheService
 from .builds import BUILD_LOGS_DIR, BuildLogs
 from .cluster.serve import cluster_holders, clustered, run_cluster, wire_service
 from .config import ServerConfig
@@ -45,6 +47,7 @@ from .edge.tokens import RECHECK_INTERVAL, drop_revoked_hosts
 from .hosts import EVENT_BUFFER, Activity, HostEvent
 from .metrics import serve_metrics
 from .store import Store, open_store
+from .store.build_cache import SqlBuildCache
 from .store.build_logs import SqlBuildLogs
 from .tls import LocalCertificates, ServerTLS, ensure_local_ca
 
@@ -254,6 +257,9 @@ async def _serve(
         edge.build_logs = _build_logs(store, config, state.assets)  # docs/builds.md
         if edge.build_logs is not None:  # organizations' deleted build logs leave the disk
             nursery.start_soon(edge.build_logs.run_sweeper)
+        edge.build_cache = _build_cache(store, config, state.assets)  # docs/builds.md
+        if edge.build_cache is not None:
+            nursery.start_soon(edge.build_cache.run_sweeper)
         mcp = McpService(
             edge,
             directory,
@@ -350,6 +356,16 @@ def _build_logs(store: Store, config: ServerConfig, assets: AssetBlobs) -> Build
         return None
     logs = sibling_store(assets.blobs, BUILD_LOGS_DIR)  # beside the assets, on any backend
     return BuildLogs(store, store, logs, assets.signer, assets=assets)
+
+
+def _build_cache(
+    store: Store, config: ServerConfig, assets: AssetBlobs
+) -> BuildCacheService | None:
+    """The organization build cache (None: a store without its table)."""
+    if not isinstance(store, SqlBuildCache):
+        return None
+    blobs = sibling_store(assets.blobs, BUILD_CACHE_NAMESPACE)
+    return BuildCacheService(store, store, blobs, config.build_cache, wall_clock=assets.wall_clock)
 
 
 def _link_tls(config: ServerConfig) -> ssl.SSLContext | None:

@@ -42,6 +42,7 @@ from typing import Any, Final
 import trio
 
 from .errors import BuildError, BuildReason
+from .server_cache import ServerCache
 from .sync import DecodedBody
 
 __all__ = ["BlobStore", "BuildCache", "check_key", "check_sha"]
@@ -226,6 +227,8 @@ class BuildCache:
         self.max_entry = min(max_entry, max_bytes)
         self.max_bytes = max_bytes
         self.max_idle_s = max_idle_s
+        #: The server's cache of the organization (server_cache.py): read and written through.
+        self.upstream: ServerCache | None = None
 
     def _entries(self, directory: int) -> list[tuple[float, int, str]]:
         """(mtime, size, key) of the cache's entries, least recently used first."""
@@ -315,11 +318,41 @@ class BuildCache:
                 os.utime(handle.fileno())  # used: the last to be evicted
             return handle.read(self.max_entry + 1)
 
+    def keys(self, since: float = 0.0) -> list[str]:
+        """The entries' keys, those modified since *since* (epoch seconds) only (blocking)."""
+        try:
+            directory = self._open_dir(create=False)
+        except BuildError:
+            return []
+        if directory is None:
+            return []
+        try:
+            return [key for mtime, _, key in self._entries(directory) if mtime >= since]
+        finally:
+            os.close(directory)
+
+    async def read_local(self, key: str) -> bytes | None:
+        return await trio.to_thread.run_sync(self._read, check_key(key))
+
     async def get(self, key: str) -> bytes | None:
-        check_key(key)
-        return await trio.to_thread.run_sync(self._read, key)
+        """The entry here, else the server's (kept here too)."""
+        entry = await self.read_local(key)
+        if entry is None and self.upstream is not None:
+            entry = await self.upstream.get(key, self.max_entry)
+            if entry is not None:
+                await self.put_local(key, _once(entry))
+        return entry
 
     async def put(self, key: str, chunks: AsyncIterator[bytes]) -> int:
+        """Store the entry here, then on the server (best-effort)."""
+        size = await self.put_local(key, chunks)
+        if self.upstream is not None:
+            entry = await self.read_local(key)
+            if entry is not None:
+                await self.upstream.put(key, entry)
+        return size
+
+    async def put_local(self, key: str, chunks: AsyncIterator[bytes]) -> int:
         check_key(key)
         temp = f".put-{secrets.token_hex(8)}"
 
@@ -357,6 +390,10 @@ class BuildCache:
             with contextlib.suppress(OSError):
                 os.unlink(temp, dir_fd=directory)
             os.close(directory)
+
+
+async def _once(data: bytes) -> AsyncIterator[bytes]:
+    yield data
 
 
 def _old(path: str, seconds: float) -> bool:

@@ -23,6 +23,7 @@ from typing import Any, Final
 import attrs
 import trio
 
+from . import server_cache
 from .cas import MAX_CACHE_BYTES, BlobStore, BuildCache
 from .commands import ExecPlan, plan_exec
 from .errors import BuildError, BuildReason
@@ -251,14 +252,23 @@ class BuildHost:
             warm = functools.partial(self.warm.spawn, self._nursery, plan.argv, plan.env, plan.cwd)
         self._execs[exec_id] = run
         self._running = run
-        self._nursery.start_soon(
-            functools.partial(
-                run_exec, workspace=self.workspace.root, on_end=self._ended, warm=warm
-            ),
-            run,
-            argv,
+        runner = functools.partial(
+            run_exec, workspace=self.workspace.root, on_end=self._ended, warm=warm
         )
+        if plan.kind == "gradlebuild" and self.cache.upstream is not None:
+            self._nursery.start_soon(self._with_server_cache, runner, run, argv)
+        else:
+            self._nursery.start_soon(runner, run, argv)
         return run
+
+    async def _with_server_cache(
+        self, runner: Callable[[Exec, Any], Awaitable[None]], run: Exec, argv: Any
+    ) -> None:
+        """A Gradle exec between the server cache's pull and push (server_cache.py)."""
+        since = time.time() - 1.0  # the directory's mtimes are the file system's clock
+        await server_cache.pull(self.cache)
+        await runner(run, argv)
+        self._nursery.start_soon(server_cache.push_since, self.cache, since)
 
     def _sandbox_said(self, line: str) -> None:
         """A line of the warm sandbox's keeper or agent (a limit it enforced): the running

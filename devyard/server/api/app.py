@@ -41,6 +41,7 @@ from .routes import (
     assets,
     audit,
     billing,
+    build_cache,
     build_logs,
     cli_login,
     domains,
@@ -84,6 +85,7 @@ _BLUEPRINTS = (
     billing,
     stripe_webhook,
     build_logs,
+    build_cache,
     cli_login,
 )
 

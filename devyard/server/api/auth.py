@@ -26,6 +26,7 @@ one write a minute rather than one per request; the table of last touches is bou
 
 from __future__ import annotations
 
+import base64
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Final
@@ -123,9 +124,22 @@ def bearer_token(authorization: str | None) -> str:
     if len(authorization) > _MAX_HEADER:
         raise Unauthorized("malformed Authorization header")
     scheme, _, token = authorization.strip().partition(" ")
+    if scheme.lower() == "basic":  # Gradle's HTTP build cache sends only Basic (docs/builds.md)
+        token = _basic_password(token) or ""
+        scheme = "bearer"
     if scheme.lower() != "bearer" or not token.strip():
         raise Unauthorized("malformed Authorization header: expected Bearer dy_...")
     return token.strip()
+
+
+def _basic_password(credential: str) -> str | None:
+    """The password of an HTTP Basic credential (any user name), or None."""
+    try:
+        decoded = base64.b64decode(credential.strip(), validate=True).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        return None
+    _, colon, password = decoded.partition(":")
+    return password if colon and password else None
 
 
 class Authenticator:

@@ -134,6 +134,7 @@ class Edge:
         self.build_logs: BuildLogSink | None = None  # set by serve.py (docs/builds.md)
         self.forwarder: StreamForwarder | None = None  # set by serve.py (docs/replicas.md)
         self.leases: LinkLeases | None = None  # set by the cluster (docs/scale-out.md)
+        self.build_cache: Any = None  # set by serve.py (build_cache/service.py)
 
     def __repr__(self) -> str:
         return f"Edge(hosts={sorted(self._links)})"
@@ -301,6 +302,8 @@ class Edge:
                 request = await read_open(stream)
             if request["kind"] == "build_log" and self.build_logs is not None:
                 await self.build_logs.serve_build_log(host_id, request, stream)
+            elif request["kind"] == "build_cache" and self.build_cache is not None:
+                await self.build_cache.serve_host_stream(host_id, request, stream)
             elif request["kind"] != "egress":
                 await reject_open(stream, "bad-request", f"hosts may not open {request['kind']!r}")
             else:

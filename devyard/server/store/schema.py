@@ -470,4 +470,21 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
         "cluster: replica and host leases, link holders, capacity reservations",
         CLUSTER_STATEMENTS,
     ),
+    Migration(
+        15,
+        "build cache: the organization build cache's entries, size and last use (h17cache)",
+        (
+            """
+            CREATE TABLE build_cache (
+                org_id    TEXT NOT NULL REFERENCES organizations (id) ON DELETE CASCADE,
+                cache_key TEXT NOT NULL,
+                size      BIGINT NOT NULL,
+                used_at   {timestamp} NOT NULL,
+                PRIMARY KEY (org_id, cache_key)
+            )
+            """,
+            "CREATE INDEX build_cache_by_use ON build_cache (org_id, used_at)",
+            "CREATE INDEX build_cache_by_idle ON build_cache (used_at)",
+        ),
+    ),
 )

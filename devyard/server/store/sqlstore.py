@@ -39,6 +39,7 @@ from .base import (
     User,
 )
 from .billing import SqlBilling
+from .build_cache import SqlBuildCache
 from .build_logs import SqlBuildLogs
 from .database import Database, Dialect, Row, Tx
 from .errors import NotFound
@@ -111,6 +112,7 @@ class SqlStore(
     SqlUsage,
     SqlAudit,
     SqlBuildLogs,
+    SqlBuildCache,
     SqlBilling,
 ):
     """The `base.Store` over a `Database`; obtain one with `open_store`."""
