@@ -6,6 +6,7 @@ data and the CSV. No CSP violation anywhere; every page under the 100 KB JS+CSS 
 
 from __future__ import annotations
 
+import hashlib
 import shlex
 import signal
 import socket
@@ -100,4 +101,38 @@ async def test_a_tunnel_made_in_the_page_goes_online_when_its_connector_runs(
             await console.call(page.click, "text=Delete")
             await console.call(page.wait_for_url, f"{site.url}/console/tunnels/")
             assert "office" not in await console.text("#tunnels-table")
+        assert console.csp_errors == []
+
+
+async def test_an_asset_uploads_from_the_drop_zone_with_progress(
+    site: Site, chromium: BrowserThread, tmp_path: Path
+) -> None:
+    app = tmp_path / "checkout.apk"
+    app.write_bytes(bytes(range(256)) * 8192)  # 2 MiB: several progress events
+    md5 = hashlib.md5(app.read_bytes()).hexdigest()
+    async with console_page(chromium) as console:
+        page = console.page
+        with trio.fail_after(STEP_S):
+            await sign_in_with_key(console, site, site.alice_key)
+            await console.goto(f"{site.url}/console/assets/")
+            await _within_budget(console)
+            await console.call(page.select_option, "#platform", "android")
+            await console.call(page.set_input_files, "#dropzone input[type=file]", str(app))
+            await console.wait(
+                "() => document.getElementById('upload-percent').textContent === '100 %'"
+            )
+            assert (
+                await console.call(page.eval_on_selector, "#upload-progress", "e => e.value") == 100
+            )
+            assert await console.text("#upload-label") == "Uploaded checkout.apk"
+            await console.wait(
+                """(md5) => {
+                     const row = document.querySelector("tr[data-name='checkout.apk']");
+                     const cell = row && row.querySelector('.md5');
+                     return cell && cell.textContent === md5;
+                   }""",
+                md5,
+            )
+            row = await console.text("tr[data-name='checkout.apk']")
+            assert "2.0 MB" in row and "android" in row
         assert console.csp_errors == []
