@@ -13,6 +13,7 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 import trio
 
@@ -135,4 +136,41 @@ async def test_an_asset_uploads_from_the_drop_zone_with_progress(
             )
             row = await console.text("tr[data-name='checkout.apk']")
             assert "2.0 MB" in row and "android" in row
+        assert console.csp_errors == []
+
+
+async def test_usage_charts_have_data_and_the_csv_its_rows(
+    site: Site, chromium: BrowserThread
+) -> None:
+    async with httpx.AsyncClient(base_url=site.url, headers=site.headers(site.alice_key)) as api:
+        with trio.fail_after(STEP_S * 2):
+            made = await api.post("/v1/android_instances", params={"wait": "true"}, json={})
+            assert made.status_code == 200, made.text
+            ended = await api.delete(f"/v1/android_instances/{made.json()['id']}")
+            assert ended.status_code == 200, ended.text
+    async with console_page(chromium) as console:
+        page = console.page
+        with trio.fail_after(STEP_S):
+            await sign_in_with_key(console, site, site.alice_key)
+            # the instance shows once billed (its end is recorded): reload until it does
+            while True:
+                await console.goto(f"{site.url}/console/usage/")
+                if await console.text("#total-instances") != "0":
+                    break
+            await _within_budget(console)
+            for chart in ("#chart-minutes", "#chart-instances"):
+                await console.wait(
+                    "(sel) => { const n = document.querySelector(sel);"
+                    " return n && n.querySelector('canvas') && Number(n.dataset.points) > 0; }",
+                    chart,
+                )
+            legend = await console.text("#chart-minutes")
+            assert "android · " in legend
+            csv_text = await console.call(
+                page.evaluate,
+                "async () => (await fetch(document.getElementById('csv-link').href)).text()",
+            )
+            lines = csv_text.splitlines()
+            assert lines[0].startswith("bucketStart,platform,region,instances,billedMinutes")
+            assert any(",android," in line and ",1," in line for line in lines[1:]), lines
         assert console.csp_errors == []
