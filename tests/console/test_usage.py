@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 from datetime import UTC, date, datetime
 
 from devyard.server.console.pages.usage import read_query
@@ -15,12 +16,14 @@ from devyard.server.store.base import InstanceState, Platform, TerminationReason
 
 from .conftest import Console, signed_in
 
+_SERIAL = itertools.count()
+
 
 async def ended_instance(store: Store, org_id: str, platform: Platform) -> str:
     """An instance created, ready and ended now: billed one minute (rounded up)."""
     instance = await store.create_instance(
         org_id=org_id, platform=platform, region="local", labels={"team": "web"}, spec={},
-        display_name=None, token=f"dyi_{platform}_{id(store)}", stream_token=None,
+        display_name=None, token=f"dyi_{next(_SERIAL)}", stream_token=f"dys_{next(_SERIAL)}",
     )  # fmt: skip
     await store.transition_instance(
         instance.id, InstanceState.ASSIGNED, expected=frozenset({InstanceState.CREATING}),
