@@ -7,13 +7,13 @@ from __future__ import annotations
 from types import ModuleType
 
 from ..nav import NavEntry
-from . import assets, instance, instances, signin, team, tunnels, usage
+from . import assets, billing, instance, instances, signin, team, tunnels, usage
 
 __all__ = ["PAGES", "nav_entries"]
 
 #: Every page module, in menu order.
 PAGES: tuple[ModuleType, ...] = (signin, instances, instance)
-PAGES += (tunnels, assets, usage, team)  # console2's pages
+PAGES += (tunnels, assets, usage, team, billing)  # console2's pages
 
 
 def nav_entries() -> tuple[NavEntry, ...]:
