@@ -106,6 +106,12 @@ async def shoot_all(site: Site, chromium: BrowserThread, out: Path) -> None:
                 ),
                 ("organizations", "/console/organizations", None),
                 ("builds", "/console/builds/", None),
+                ("tunnels", "/console/tunnels/", None),
+                ("assets", "/console/assets/", None),
+                ("usage", "/console/usage/", None),
+                ("team", "/console/team/", None),
+                ("team-audit", "/console/team/audit", None),
+                ("billing", "/console/billing/", None),
                 ("not-found", "/console/instances/android_local_nothing", None),
             ]
             if "gradle" in made:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 import secrets
 from typing import Final
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from quart import Blueprint, Response, jsonify, request
 from werkzeug.routing import BaseConverter
@@ -185,6 +185,14 @@ async def _bound_to(caller: Principal, invitation: Invitation) -> bool:
 def _default_name(email: str) -> str:
     local = _NAME_CHARS.sub("-", email.partition("@")[0]).strip("-._") or "user"
     return local[:64]
+
+
+@blueprint.get("/organizations/<organizationId>/invitations/accept")
+async def open_invitation_link(organizationId: str) -> Response:
+    """The mailed link opened in a browser: to the console's join page, which accepts by the
+    POST below (the link itself changes nothing: a GET never does)."""
+    query = urlencode({"organization": organizationId, "token": str_param("token") or ""})
+    return Response("", status=303, headers={"Location": f"/console/team/join?{query}"})
 
 
 @blueprint.post("/organizations/<organizationId>/invitations/accept")

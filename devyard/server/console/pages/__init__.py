@@ -7,12 +7,22 @@ from __future__ import annotations
 from types import ModuleType
 
 from ..nav import NavEntry
-from . import builds, instance, instances, signin
+from . import assets, billing, builds, instance, instances, signin, team, tunnels, usage
 
 __all__ = ["PAGES", "nav_entries"]
 
 #: Every page module, in menu order.
-PAGES: tuple[ModuleType, ...] = (signin, instances, instance, builds)
+PAGES: tuple[ModuleType, ...] = (
+    signin,
+    instances,
+    instance,
+    builds,
+    tunnels,
+    assets,
+    usage,
+    team,
+    billing,
+)
 
 
 def nav_entries() -> tuple[NavEntry, ...]:
