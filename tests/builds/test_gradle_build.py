@@ -4,12 +4,17 @@ slow on two cores); the protocol tests use ``run``. Also through this stack: the
 reuses the instance's warm Gradle daemon, which dies with the instance; the organization's
 build cache at the documented URL (``{apiUrl}/cache/``, HTTP Basic as Gradle sends it) is
 not readable from another organization's instance; the instance's blob pins go with it.
+The server's organization build cache: the first build's entries reach it, the host's copies
+are wiped, and the clean build still gets ``FROM-CACHE`` (from the server); a customer's CI
+reads and writes ``{server}/v1/build_cache/{key}`` with an API key, and the instance's
+``{apiUrl}/cache/{key}`` reads through to it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import httpx
@@ -30,6 +35,26 @@ from ._stack import (
     sync_tree,
     write_java_project,
 )
+
+_KEY = re.compile(r"[0-9a-f]{16,128}")
+
+
+def _local_entries(stack: Stack, org_id: str) -> dict[str, Path]:
+    """The host's copy of the organization's build cache (Gradle's local directory cache)."""
+    directory = stack.host_data / "gradle-homes" / org_id / "caches" / "build-cache-1"
+    if not directory.is_dir():
+        return {}
+    return {p.name: p for p in directory.iterdir() if _KEY.fullmatch(p.name) and p.is_file()}
+
+
+async def _on_server(http: httpx.AsyncClient, keys: list[str], seconds: float = 60) -> None:
+    """Wait until the server has every key (the host pushes them after the build)."""
+    with trio.fail_after(seconds):
+        while True:
+            codes = [(await http.head(f"/v1/build_cache/{k}")).status_code for k in keys]
+            if all(code == 200 for code in codes):
+                return
+            await trio.sleep(0.2)  # polling by design: the push runs in the host's background
 
 
 # Reading the first events and leaving the stream abandons httpcore's body iterator to the GC:
@@ -103,6 +128,20 @@ async def test_sync_build_stream_and_collect_the_jar(tmp_path: Path) -> None:
             printed = [e.data for e in events if e.type == "stdout"]
             assert printed[0] != "0", "the build runs as an unprivileged user"
 
+            # the build's cache entries reached the server's organization cache; the host loses
+            # its copies, so the clean build below takes them from the server (two tiers)
+            org_id = (await http.get("/whoami")).json()["organization"]["id"]
+            entries = _local_entries(stack, org_id)
+            assert entries, "the build stored its outputs in the organization's local cache"
+            await _on_server(http, sorted(entries))
+            some_key, some_path = min(entries.items())
+            served = await http.get(f"/v1/build_cache/{some_key}")
+            assert served.status_code == 200 and served.content == some_path.read_bytes()
+            gradle_type = "application/vnd.gradle.build-cache-artifact.v1"
+            assert served.headers["content-type"] == gradle_type
+            for path in entries.values():
+                path.unlink()
+
             # a clean build takes the compiled classes from the organization's build cache
             clean = exec_id_of(
                 await api.post("exec", json={"command": "gradlebuild", "tasks": ["clean", "build"]})
@@ -121,6 +160,23 @@ async def test_sync_build_stream_and_collect_the_jar(tmp_path: Path) -> None:
             }
             assert outcomes[":lib:compileJava"] == "FROM-CACHE", outcomes
             assert outcomes[":app:compileJava"] == "FROM-CACHE", outcomes
+
+            # a customer's CI, with an API key (Basic as Gradle sends it); the instance's own
+            # cache URL reads through to the server's on a local miss
+            ci_key, ci_entry = "feedc0de" * 5, os.urandom(4096)
+            ci = httpx.BasicAuth("ci", stack.key)
+            async with httpx.AsyncClient(base_url=stack.url, timeout=30) as customer:
+                put = await customer.put(f"/v1/build_cache/{ci_key}", content=ci_entry, auth=ci)
+                assert put.status_code == 200, put.text
+                got = await customer.get(f"/v1/build_cache/{ci_key}", auth=ci)
+                assert got.status_code == 200 and got.content == ci_entry
+                missing = await customer.get(f"/v1/build_cache/{'0' * 40}", auth=ci)
+                assert missing.status_code == 404
+                assert (await customer.get(f"/v1/build_cache/{ci_key}")).status_code == 401
+            assert ci_key not in _local_entries(stack, org_id)
+            through = await api.get(f"cache/{ci_key}")
+            assert through.status_code == 200 and through.content == ci_entry
+            assert ci_key in _local_entries(stack, org_id), "kept on the host"
 
             # the documented cache URL, as Gradle's HttpBuildCache calls it (Basic)
             key, entry_bytes = "0123456789abcdef" * 2, b"an entry of the organization"
