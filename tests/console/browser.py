@@ -96,6 +96,7 @@ class SiteThread:
             globex = await bootstrap_organization(store, org_name="globex", user_name="olga")
             await store.replace_domains(acme.organization.id, {"example.com": "t"})
             await store.mark_domain_verified(acme.organization.id, "example.com")
+            await store.set_operator(acme.user.id, True)  # alice operates the deployment
         _, host_token = create_host_token(server_dir / HOST_TOKENS_FILE)
         _, build_token = create_host_token(server_dir / HOST_TOKENS_FILE)  # one per host
         async with trio.open_nursery() as nursery:

@@ -112,6 +112,7 @@ async def shoot_all(site: Site, chromium: BrowserThread, out: Path) -> None:
                 ("team", "/console/team/", None),
                 ("team-audit", "/console/team/audit", None),
                 ("billing", "/console/billing/", None),
+                ("operators", "/console/operators/", None),
                 ("not-found", "/console/instances/android_local_nothing", None),
             ]
             if "gradle" in made:

@@ -365,3 +365,41 @@ async def test_at_phone_width_a_touch_on_the_live_view_reaches_the_device(
         await api.delete(
             f"/v1/android_instances/{instance['id']}", headers=site.headers(site.alice_key)
         )
+
+
+async def test_operators_see_the_linked_hosts_and_answer_support(
+    site: Site, chromium: BrowserThread
+) -> None:
+    async with httpx.AsyncClient(base_url=site.url) as api:
+        sent = await api.post(
+            f"/organizations/{site.globex_id}/support",
+            json={"message": "the emulator is slow"},
+            headers=site.headers(site.olga_key),
+        )
+        assert sent.status_code in (200, 201), sent.text
+        hosts = await api.get("/operator/hosts", headers=site.headers(site.alice_key))
+        assert hosts.status_code == 200, hosts.text
+        assert hosts.json() and all(h["capacity"] == 4 for h in hosts.json())
+        refused = await api.get("/operator/hosts", headers=site.headers(site.olga_key))
+        assert refused.status_code == 403  # an admin of an organization, not an operator
+    async with console_page(chromium) as console:
+        page = console.page
+        with trio.fail_after(STEP_S):
+            await sign_in_with_key(console, site, site.alice_key)
+            response = await console.goto(site.url + "/console/operators/")
+            assert response.status == 200
+            rows = await console.call(page.locator("#hosts tbody tr").count)
+            assert rows == len(hosts.json())
+            assert "the emulator is slow" in await console.text("main")
+            box = page.locator("textarea").first
+            await console.call(box.fill, "fixed: the host got more cores")
+            await console.call(page.locator("form button[type=submit]").last.click)
+            await console.wait("() => document.body.textContent.includes('more cores')")
+        assert console.csp_errors == []
+    async with console_page(chromium) as console:
+        with trio.fail_after(STEP_S):
+            await sign_in_with_key(console, site, site.olga_key)
+            response = await console.goto(site.url + "/console/operators/")
+            assert response.status == 403
+            assert "operators" in await console.text("#refused")
+            assert "the emulator is slow" not in await console.call(console.page.content)

@@ -1,7 +1,7 @@
 """The operators' API: what the deployment's operators (docs/accounts.md) read and answer
 across organizations: the support messages and feedback, newest first, each with its
-answers; an answer is stored and mailed to the sender's email when SMTP is configured. Any
-other caller: 403."""
+answers (an answer is stored and mailed to the sender's email when SMTP is configured), and
+the host daemons linked to this server. Any other caller: 403."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from collections import defaultdict
 from quart import Blueprint, Response, jsonify
 
 from ...accounts.mail import Mailer, MailError, Message
+from ...hosts import HostInfo
 from ...store import errors as store_errors
 from ...store.base import Feedback
 from ...store.sso import SupportAnswer
@@ -55,6 +56,29 @@ async def _operator() -> Principal:
     if not await state().store.is_operator(caller.user_id):
         raise Forbidden("only the operators of this deployment", reason="not_operator")
     return caller
+
+
+def _host_view(host: HostInfo) -> dict[str, object]:
+    return {
+        "id": host.id,
+        "name": host.name,
+        "region": host.region,
+        "capacity": host.capacity,
+        "running": host.running,
+        "free": host.free,
+        "platforms": sorted(host.platforms),
+        "drivers": sorted(host.drivers),
+        "version": host.version,
+        "connectedAt": timestamp(host.connected_at),
+    }
+
+
+@blueprint.get("/operator/hosts")
+async def list_hosts() -> Response:
+    await _operator()
+    registry = state().hosts
+    hosts = [] if registry is None else registry.hosts()
+    return jsonify([_host_view(h) for h in sorted(hosts, key=lambda h: (h.name, h.id))])
 
 
 @blueprint.get("/operator/supportMessages")

@@ -7,7 +7,18 @@ from __future__ import annotations
 from types import ModuleType
 
 from ..nav import NavEntry
-from . import assets, billing, builds, instance, instances, signin, team, tunnels, usage
+from . import (
+    assets,
+    billing,
+    builds,
+    instance,
+    instances,
+    operators,
+    signin,
+    team,
+    tunnels,
+    usage,
+)
 
 __all__ = ["PAGES", "nav_entries"]
 
@@ -22,6 +33,7 @@ PAGES: tuple[ModuleType, ...] = (
     usage,
     team,
     billing,
+    operators,
 )
 
 
