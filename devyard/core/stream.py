@@ -84,6 +84,7 @@ class MuxStream(trio.abc.HalfCloseableStream):
         # receive side
         self._buf: deque[bytes | memoryview] = deque()
         self._direct: DirectSink | None = None
+        self._wake_hook: Callable[[], None] | None = None  # see _set_idle_receiver
         self._buf_offset = 0  # consumed bytes of self._buf[0]
         self._buffered = 0
         window = session.config.initial_window
@@ -312,6 +313,7 @@ class MuxStream(trio.abc.HalfCloseableStream):
             self._session._linger(self)
         self._recv_lot.unpark_all()
         self._send_lot.unpark_all()
+        self._call_wake_hook()
         await checkpoint()
 
     # ---- session side: frames in ------------------------------------------------------------
@@ -326,6 +328,7 @@ class MuxStream(trio.abc.HalfCloseableStream):
             self._state = transition(self._state, StreamEvent.RECV_FIN)
             self._answered = True
             self._recv_lot.unpark_all()
+            self._call_wake_hook()
             if self._state in _TERMINAL:
                 self._session._forget(self)
         if flags & _RST:
@@ -347,7 +350,7 @@ class MuxStream(trio.abc.HalfCloseableStream):
             self._session._forget(self)
             return
         direct = self._direct
-        if direct is not None and not self._buffered and self._recv_lot:
+        if direct is not None and not self._buffered and (self._recv_lot or self._wake_hook):
             # The one receiving task is parked with nothing in hand: whatever it would do
             # with these bytes, the direct sink does now, without a copy or a task switch.
             taken = direct(memoryview(data))
@@ -360,6 +363,7 @@ class MuxStream(trio.abc.HalfCloseableStream):
         self._buf.append(_unpinned(data))
         self._buffered += n
         self._recv_lot.unpark()
+        self._call_wake_hook()
 
     def _set_direct_sink(self, sink: DirectSink | None) -> None:
         """Let the session's reader hand arriving bytes to `sink` (None: stop).
@@ -369,6 +373,29 @@ class MuxStream(trio.abc.HalfCloseableStream):
         sink does not take is buffered as usual and wakes the task. Used by core.splice.
         """
         self._direct = sink
+
+    def _set_idle_receiver(self, sink: DirectSink | None, wake: Callable[[], None] | None) -> None:
+        """Stand for a receiving task that is not there yet: `sink` takes arriving bytes as
+        in `_set_direct_sink`, and `wake` is called (once, synchronously, then forgotten) as soon
+        as something needs a task: bytes the sink did not take, FIN, RST, the session's end, or
+        aclose. core.splice starts its pump task from `wake`, so a stream whose bytes all pass
+        straight on never gets one. (None, None) stops it without calling `wake`.
+        """
+        self._direct = sink
+        self._wake_hook = wake
+        if wake is not None and (
+            self._buffered
+            or self._app_closed
+            or self._session._ended
+            or self._state not in (StreamState.OPEN, StreamState.LOCAL_CLOSED)
+        ):
+            self._call_wake_hook()  # a task is needed already
+
+    def _call_wake_hook(self) -> None:
+        hook = self._wake_hook
+        if hook is not None:
+            self._wake_hook = None
+            hook()
 
     def _on_window_update(self, delta: int) -> None:
         if delta:
@@ -390,6 +417,7 @@ class MuxStream(trio.abc.HalfCloseableStream):
     def _wake_all(self) -> None:
         self._recv_lot.unpark_all()
         self._send_lot.unpark_all()
+        self._call_wake_hook()
 
     # ---- frames out -------------------------------------------------------------------------
 
