@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Final
 
@@ -107,6 +107,7 @@ class Session:
         "_accept_lot",
         "_accept_queue",
         "_background",
+        "_background_cancelled",
         "_bytes_received",
         "_bytes_sent",
         "_closed_by_us",
@@ -178,7 +179,9 @@ class Session:
         self._ended = False
         self._closed_by_us = False
         self._ended_event = trio.Event()
-        self._background: trio.CancelScope | None = None
+        # one cancel scope per background task (no task and nursery of their own to hold them)
+        self._background: list[trio.CancelScope] | None = None
+        self._background_cancelled = False
         self._bytes_sent = 0
         self._bytes_received = 0
 
@@ -317,19 +320,31 @@ class Session:
             if self._background is not None:  # the writer runs: let it flush, briefly
                 with trio.move_on_after(self.config.close_grace, shield=True):
                     await self._writer_done.wait()
-        if self._background is not None:
-            self._background.cancel()
+        self._cancel_background()
         await trio.aclose_forcefully(self._transport)
 
     # ---- background tasks -------------------------------------------------------------------
 
-    async def _run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        async with trio.open_nursery() as nursery:
-            self._background = nursery.cancel_scope
-            nursery.start_soon(self._reader)
-            nursery.start_soon(self._writer)
-            nursery.start_soon(self._keepalive)
-            task_status.started()
+    def _start(self, nursery: trio.Nursery) -> None:
+        """Start the three background tasks in *nursery* (open_session's own: no task and
+        nursery in between, which an idle link would pay for in memory)."""
+        self._background = []
+        for task in (self._reader, self._writer, self._keepalive):
+            nursery.start_soon(self._in_background, task)
+
+    async def _in_background(self, task: Callable[[], Awaitable[None]]) -> None:
+        scope = trio.CancelScope()
+        assert self._background is not None
+        self._background.append(scope)
+        if self._background_cancelled:
+            scope.cancel()
+        with scope:
+            await task()
+
+    def _cancel_background(self) -> None:
+        self._background_cancelled = True
+        for scope in self._background or ():
+            scope.cancel()
 
     async def _reader(self) -> None:
         receive_some = self._transport.receive_some
@@ -389,8 +404,7 @@ class Session:
             self._writer_done.set()
             with trio.CancelScope(shield=True):
                 await trio.aclose_forcefully(self._transport)
-            if self._background is not None:
-                self._background.cancel()
+            self._cancel_background()
 
     def _next_batch(self) -> tuple[list[bytes | memoryview], int, int]:
         """The next write: every control frame, then whole data frames up to _max_write.
@@ -613,7 +627,7 @@ async def open_session(
     with collapse_single_group():
         async with trio.open_nursery() as nursery:
             try:
-                await nursery.start(session._run)
+                session._start(nursery)
                 yield session
             finally:
                 with trio.CancelScope(shield=True):
