@@ -60,10 +60,13 @@ async def _serve_link(stream: trio.SocketStream, registered: list[int], target: 
         hello = await control.receive()
         await control.send({"type": "registered", "id": hello.get("id")})
         registered[0] += 1
-        if registered[0] == target:
-            print(f"LINKS {target}", flush=True)
-        while True:  # the edge's serve loop: wait for the connector's next message
-            await control.receive()
+        try:
+            if registered[0] == target:  # all held at once (a link that ends is not counted)
+                print(f"LINKS {target}", flush=True)
+            while True:  # the edge's serve loop: wait for the connector's next message
+                await control.receive()
+        finally:
+            registered[0] -= 1
 
 
 async def _server(target: int) -> None:
@@ -87,17 +90,26 @@ async def _client(address: tuple[str, int], target: int, carrier: str) -> None:
     url = f"{scheme}://{address[0]}:{address[1]}" + ("" if carrier == "tcp" else "/link")
 
     async def link(i: int) -> None:
-        async with AsyncExitStack() as stack:
-            async with limit:
-                transport = await stack.enter_async_context(open_transport(url))
-            session = await stack.enter_async_context(open_session(transport, client=True))
-            control = ControlChannel(await session.open_stream())
-            await control.send({"type": "hello", "id": i})
-            await control.receive()
-            ready[0] += 1
-            if ready[0] == target:
-                print(f"READY {target}", flush=True)
-            await trio.sleep_forever()
+        while True:  # as a connector does: a link that ends is dialled again
+            registered = False
+            try:
+                async with AsyncExitStack() as stack:
+                    async with limit:
+                        transport = await stack.enter_async_context(open_transport(url))
+                    session = await stack.enter_async_context(open_session(transport, client=True))
+                    control = ControlChannel(await session.open_stream())
+                    await control.send({"type": "hello", "id": i})
+                    await control.receive()
+                    registered = True
+                    ready[0] += 1
+                    if ready[0] == target:
+                        print(f"READY {target}", flush=True)
+                    await session.wait_ended()
+            except* (*CONNECTION_ERRORS, trio.EndOfChannel):
+                pass
+            if registered:
+                ready[0] -= 1
+            print(f"link {i} ended; dialling again", file=sys.stderr, flush=True)
 
     async with trio.open_nursery() as nursery:
         for i in range(target):

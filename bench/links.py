@@ -94,6 +94,7 @@ async def measure(carrier: str, links: int, idle: float, logdir: Path) -> dict[s
         for child in (server, client):
             if child.process.returncode is not None:
                 raise ChildError(f"{child.name} died{child.tail_note()}")
+        redials = client.log_path.read_text(errors="replace").count("dialling again")
     per_link = {side: (held[side] - base[side]) / links for side in base}
     # CPU-ms per second per 1,000 links = per mille of one core for 1,000 idle links
     cpu_ms = {side: 1000 * (cpu1[side] - cpu0[side]) / idle / (links / 1000) for side in cpu0}
@@ -105,6 +106,7 @@ async def measure(carrier: str, links: int, idle: float, logdir: Path) -> dict[s
         "server_cpu_ms_per_s_per_1000": round(cpu_ms["server"], 2),
         "client_cpu_ms_per_s_per_1000": round(cpu_ms["client"], 2),
         "server_rss_mib": round(held["server"] / 2**20, 1),
+        "redials": redials,  # links that ended (keepalive lost under load) and were redialled
     }
 
 
