@@ -94,12 +94,16 @@ async def _client(address: tuple[str, int], target: int, carrier: str) -> None:
             registered = False
             try:
                 async with AsyncExitStack() as stack:
+                    # until registered: a link the server has not taken yet waits in its
+                    # listen backlog, and would time out there with thousands in front of it
                     async with limit:
                         transport = await stack.enter_async_context(open_transport(url))
-                    session = await stack.enter_async_context(open_session(transport, client=True))
-                    control = ControlChannel(await session.open_stream())
-                    await control.send({"type": "hello", "id": i})
-                    await control.receive()
+                        session = await stack.enter_async_context(
+                            open_session(transport, client=True)
+                        )
+                        control = ControlChannel(await session.open_stream())
+                        await control.send({"type": "hello", "id": i})
+                        await control.receive()
                     registered = True
                     ready[0] += 1
                     if ready[0] == target:
