@@ -19,7 +19,6 @@ from functools import partial
 from typing import Final
 
 import trio
-import trio_websocket
 
 from bench._child import (
     CONNECTION_ERRORS,
@@ -35,11 +34,12 @@ from devyard.core import (
     MuxStream,
     Session,
     SessionConfig,
-    WebSocketStream,
     open_session,
     open_transport,
     splice,
 )
+from devyard.core.upgrade import accept_upgrade
+from devyard.core.wsframe import accept_websocket, is_websocket_upgrade
 
 # The exit's WebSocket server side, with the settings devyard.core.open_transport gives the
 # client side (the entry dials with open_transport itself): trio-websocket reads the socket in
@@ -86,31 +86,19 @@ async def _exit_tcp(sink: tuple[str, int]) -> None:
 
 
 async def _exit_ws(sink: tuple[str, int]) -> None:
-    done = trio.Event()
-
-    async def handler(request: trio_websocket.WebSocketRequest) -> None:
-        connection = await request.accept()
-        try:
-            await _run_exit_session(WebSocketStream(connection), sink)
-        finally:
-            done.set()
-
-    async with trio.open_nursery() as nursery:
-        server = await nursery.start(
-            partial(
-                trio_websocket.serve_websocket,
-                handler,
-                LOOPBACK,
-                0,
-                None,
-                receive_buffer_size=WS_RECEIVE_BUFFER,
-                max_message_size=WS_MAX_MESSAGE,
-                message_queue_size=WS_MESSAGE_QUEUE,
-            )
-        )
-        announce(LOOPBACK, server.port)
-        await done.wait()
-        nursery.cancel_scope.cancel()
+    # The server side of devyard's own WebSocket framing (devyard.core.wsframe); the entry
+    # dials with open_transport, which speaks it too. (Before issue 21 both ends were
+    # trio-websocket, with a 256 KiB receive buffer and 4 MiB messages.)
+    listener = await open_listener()
+    announce(LOOPBACK, listener_port(listener))
+    async with listener:
+        carrier = await listener.accept()
+    request = await accept_upgrade(carrier)
+    if request is None or not is_websocket_upgrade(request):
+        raise SystemExit("the carrier is not a WebSocket upgrade")
+    transport = await accept_websocket(request)
+    async with transport:
+        await _run_exit_session(transport, sink)
 
 
 async def _from_client(session: Session, client: trio.SocketStream) -> None:

@@ -8,6 +8,7 @@ import os
 import signal
 import statistics
 import sys
+from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,9 +45,11 @@ class PathResult:
     name: str
     samples: dict[str, list[float]] = field(default_factory=lambda: {m: [] for m in METRICS})
     notes: list[str] = field(default_factory=list)
+    #: Further per-round figures of a bench (bench mux: CPU per open and per GB), by name.
+    extra: defaultdict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
 
     def value(self, metric: str) -> float | None:
-        samples = self.samples[metric]
+        samples = self.samples[metric] if metric in self.samples else self.extra.get(metric, [])
         return statistics.median(samples) if samples else None
 
     def note(self, text: str) -> None:
@@ -54,7 +57,8 @@ class PathResult:
             self.notes.append(text)
 
     def as_json(self) -> dict[str, float | None]:
-        return {m: None if (v := self.value(m)) is None else round(v, 3) for m in METRICS}
+        names = [*METRICS, *sorted(self.extra)]
+        return {m: None if (v := self.value(m)) is None else round(v, 3) for m in names}
 
 
 def add_window_options(parser: argparse.ArgumentParser) -> None:

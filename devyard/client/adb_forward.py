@@ -29,7 +29,7 @@ import trio_websocket
 
 from ..core import UpgradeRejected
 from ..core.adb_splice import adb_splice
-from ..core.transports import WebSocketStream, is_loopback_host, open_transport
+from ..core.transports import MessageStream, is_loopback_host, open_transport
 from ._errors import DevyardError, NotFoundError
 from .client import AsyncClient
 
@@ -113,8 +113,8 @@ async def check_reachable(target: AdbTarget, *, raw: bool = True) -> AdbTarget:
     try:
         with trio.fail_after(_CHECK_TIMEOUT_S):
             async with open_transport(target.url, extra_headers=target.headers) as ws:
-                if isinstance(ws, WebSocketStream):
-                    for name, value in ws.connection.handshake_headers:
+                if isinstance(ws, MessageStream):
+                    for name, value in ws.handshake_headers:
                         if name.lower() == RAW_LINK_HEADER:
                             advertised = value.decode("latin-1")
     except (trio_websocket.ConnectionRejected, UpgradeRejected) as exc:

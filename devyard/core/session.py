@@ -34,8 +34,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Final
 
@@ -103,6 +102,44 @@ class SessionStatistics:
 class Session:
     """One multiplexed session. Create it with `open_session()`, never directly."""
 
+    # slots: an idle link holds one session and its control stream (bench links)
+    __slots__ = (
+        "_accept_lot",
+        "_accept_queue",
+        "_background",
+        "_background_cancelled",
+        "_bytes_received",
+        "_bytes_sent",
+        "_closed_by_us",
+        "_control",
+        "_data",
+        "_decoder",
+        "_ended",
+        "_ended_event",
+        "_granted_extra",
+        "_last_inbound",
+        "_last_ping_sent",
+        "_lingering",
+        "_max_write",
+        "_next_id",
+        "_outbound",
+        "_outbound_lot",
+        "_ping_ids",
+        "_pings",
+        "_slot_lot",
+        "_streams",
+        "_transport",
+        "_writer_done",
+        "_writer_lot",
+        "client",
+        "config",
+        "error",
+        "local_go_away",
+        "max_frame",
+        "remote_go_away",
+        "rtt",
+    )
+
     def __init__(self, transport: trio.abc.Stream, *, client: bool, config: SessionConfig) -> None:
         self.config: Final = config
         self.client: Final = client
@@ -116,14 +153,15 @@ class Session:
         self._decoder = FrameDecoder(config.max_window, fragments=True)
         self._next_id = 1 if client else 2
         self._streams: dict[int, MuxStream] = {}
-        self._accept_queue: deque[MuxStream] = deque()
+        # lists, not deques: an empty deque takes 760 bytes, and an idle link has three
+        self._accept_queue: list[MuxStream] = []
         self._accept_lot = ParkingLot()
         self._slot_lot = ParkingLot()
-        self._lingering: deque[tuple[float, MuxStream]] = deque()
+        self._lingering: list[tuple[float, MuxStream]] = []
         self._granted_extra = 0  # window growth granted beyond the initial windows
         # outbound
         self._control: list[bytes] = []
-        self._data: deque[tuple[bytes, bytes | memoryview]] = deque()
+        self._data: list[tuple[bytes, bytes | memoryview]] = []
         self._outbound = 0
         self._writer_lot = ParkingLot()
         self._outbound_lot = ParkingLot()
@@ -141,7 +179,9 @@ class Session:
         self._ended = False
         self._closed_by_us = False
         self._ended_event = trio.Event()
-        self._background: trio.CancelScope | None = None
+        # one cancel scope per background task (no task and nursery of their own to hold them)
+        self._background: list[trio.CancelScope] | None = None
+        self._background_cancelled = False
         self._bytes_sent = 0
         self._bytes_received = 0
 
@@ -197,7 +237,7 @@ class Session:
                 raise trio.EndOfChannel
             blocked = True
             await self._accept_lot.park()
-        stream = self._accept_queue.popleft()
+        stream = self._accept_queue.pop(0)
         if not self._ended and stream.state is not StreamState.RESET:
             extra = self.config.initial_window - YAMUX_INITIAL_WINDOW
             self._queue_window_update(stream.stream_id, _ACK, extra)
@@ -284,19 +324,31 @@ class Session:
             if self._background is not None:  # the writer runs: let it flush, briefly
                 with trio.move_on_after(self.config.close_grace, shield=True):
                     await self._writer_done.wait()
-        if self._background is not None:
-            self._background.cancel()
+        self._cancel_background()
         await trio.aclose_forcefully(self._transport)
 
     # ---- background tasks -------------------------------------------------------------------
 
-    async def _run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        async with trio.open_nursery() as nursery:
-            self._background = nursery.cancel_scope
-            nursery.start_soon(self._reader)
-            nursery.start_soon(self._writer)
-            nursery.start_soon(self._keepalive)
-            task_status.started()
+    def _start(self, nursery: trio.Nursery) -> None:
+        """Start the three background tasks in *nursery* (open_session's own: no task and
+        nursery in between, which an idle link would pay for in memory)."""
+        self._background = []
+        for task in (self._reader, self._writer, self._keepalive):
+            nursery.start_soon(self._in_background, task)
+
+    async def _in_background(self, task: Callable[[], Awaitable[None]]) -> None:
+        scope = trio.CancelScope()
+        assert self._background is not None
+        self._background.append(scope)
+        if self._background_cancelled:
+            scope.cancel()
+        with scope:
+            await task()
+
+    def _cancel_background(self) -> None:
+        self._background_cancelled = True
+        for scope in self._background or ():
+            scope.cancel()
 
     async def _reader(self) -> None:
         receive_some = self._transport.receive_some
@@ -356,8 +408,7 @@ class Session:
             self._writer_done.set()
             with trio.CancelScope(shield=True):
                 await trio.aclose_forcefully(self._transport)
-            if self._background is not None:
-                self._background.cancel()
+            self._cancel_background()
 
     def _next_batch(self) -> tuple[list[bytes | memoryview], int, int]:
         """The next write: every control frame, then whole data frames up to _max_write.
@@ -371,17 +422,20 @@ class Session:
         data_bytes = 0
         max_batch = self._max_write
         queue = self._data
-        while queue and (size < max_batch or not batch):
-            header, payload = queue[0]
+        taken = 0
+        for header, payload in queue:
+            if size >= max_batch and batch:
+                break
             frame_size = len(header) + len(payload)
             if size + frame_size > max_batch and batch:
                 break
-            queue.popleft()
+            taken += 1
             batch.append(header)
             if payload:
                 batch.append(payload)
             size += frame_size
             data_bytes += frame_size
+        del queue[:taken]  # once per write, not a pop per frame
         return batch, size, data_bytes
 
     async def _keepalive(self) -> None:
@@ -396,11 +450,15 @@ class Session:
             if idle >= interval and now - self._last_ping_sent >= interval:
                 self._last_ping_sent = now
                 self._queue_control(encode_ping(_SYN, 0))
-            while self._lingering and self._lingering[0][0] <= now:
-                _, stream = self._lingering.popleft()
+            expired = 0
+            for when, stream in self._lingering:
+                if when > now:
+                    break
+                expired += 1
                 if stream.stream_id in self._streams:
                     stream._send_rst()
                     self._forget(stream)
+            del self._lingering[:expired]
             wake = min(
                 self._last_inbound + interval
                 if idle < interval
@@ -573,7 +631,7 @@ async def open_session(
     with collapse_single_group():
         async with trio.open_nursery() as nursery:
             try:
-                await nursery.start(session._run)
+                session._start(nursery)
                 yield session
             finally:
                 with trio.CancelScope(shield=True):

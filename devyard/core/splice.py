@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Awaitable, Callable
-from typing import Final
+from typing import Final, TypeAlias
 
 import attrs
 import trio
@@ -103,6 +103,53 @@ async def _pump_mux(source: MuxStream, sink: trio.abc.SendStream, counter: list[
         source._set_direct_sink(None)
 
 
+_Direction: TypeAlias = Callable[[trio.abc.Stream, trio.abc.Stream, list[int]], Awaitable[None]]
+
+
+@attrs.frozen
+class _Lazy:
+    """A splice whose direction out of mux stream `src` needs no task until it blocks."""
+
+    src: MuxStream
+    dst: trio.abc.Stream
+    counter: list[int]
+    sink: DirectSink
+    other_counter: list[int]
+
+
+def _lazy_direction(
+    a: trio.abc.Stream, b: trio.abc.Stream, counts: tuple[list[int], list[int]]
+) -> _Lazy | None:
+    """The direction that can wait without a task: out of a mux stream to a direct sink."""
+    if isinstance(b, MuxStream) and (sink := _direct_sink(a, counts[1])) is not None:
+        return _Lazy(b, a, counts[1], sink, counts[0])
+    if isinstance(a, MuxStream) and (sink := _direct_sink(b, counts[0])) is not None:
+        return _Lazy(a, b, counts[0], sink, counts[1])
+    return None
+
+
+async def _run_lazily(nursery: trio.Nursery, direction: _Direction, lazy: _Lazy) -> None:
+    """Run the other direction in this task; the lazy one passes bytes on in the session's
+    reader (the direct sink) and gets its task only when the sink cannot take them or the
+    stream ends; if it has none when the other direction is done, it runs in this task."""
+    started = False
+
+    def start() -> None:
+        nonlocal started
+        started = True
+        nursery.start_soon(direction, lazy.src, lazy.dst, lazy.counter)
+
+    src = lazy.src
+    src._set_idle_receiver(lazy.sink, start)
+    try:
+        await direction(lazy.dst, src, lazy.other_counter)
+    finally:
+        if not started:
+            src._set_idle_receiver(None, None)
+    if not started:
+        await direction(src, lazy.dst, lazy.counter)
+
+
 async def splice(a: trio.abc.Stream, b: trio.abc.Stream, *, linger: float = 10.0) -> SpliceResult:
     """Copy a->b and b->a until both directions end; close both streams; return byte counts.
 
@@ -112,7 +159,9 @@ async def splice(a: trio.abc.Stream, b: trio.abc.Stream, *, linger: float = 10.0
 
     From a mux stream to another mux stream or a TCP socket, the session's reader passes
     arriving bytes on itself while the pump waits (MuxStream._set_direct_sink): no copy, no
-    task switch; the pump sends only what could not be passed on at once.
+    task switch; the pump sends only what could not be passed on at once. That direction
+    gets its pump task only when it first needs one (the sink would block, or the stream
+    ends): a short-lived stream whose bytes all pass straight on costs one task, not two.
     """
     counts = ([0], [0])
     try:
@@ -129,8 +178,12 @@ async def splice(a: trio.abc.Stream, b: trio.abc.Stream, *, linger: float = 10.0
                         nursery.cancel_scope.deadline, trio.current_time() + linger
                     )
 
-            nursery.start_soon(direction, b, a, counts[1])
-            await direction(a, b, counts[0])  # in this task: one task spawn per splice, not two
+            lazy = _lazy_direction(a, b, counts)
+            if lazy is None:
+                nursery.start_soon(direction, b, a, counts[1])
+                await direction(a, b, counts[0])  # in this task: one task spawn, not two
+            else:
+                await _run_lazily(nursery, direction, lazy)
     except* (trio.BrokenResourceError, trio.ClosedResourceError):
         pass  # one side went away: the other is closed below, which is all there is to do
     finally:

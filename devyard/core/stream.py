@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 The session's single reader task hands each stream its frames synchronously (`_on_*` methods);
-the stream buffers DATA payloads in a deque and wakes its reader. Application tasks call
+the stream buffers DATA payloads in a list and wakes its reader. Application tasks call
 `send_all` / `receive_some` / `send_eof` / `aclose`, which only touch this stream's state and
 the session's outbound queue: no stream ever reads or writes the transport.
 
@@ -29,7 +29,7 @@ writing to a stream nobody reads learns it (BrokenResourceError) instead of bloc
 
 from __future__ import annotations
 
-from collections import deque
+import itertools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final, TypeAlias, cast
 
@@ -73,6 +73,33 @@ DirectSink: TypeAlias = Callable[[memoryview], int]
 class MuxStream(trio.abc.HalfCloseableStream):
     """A stream of a Session; create it with `Session.open_stream()` / `accept_stream()`."""
 
+    # slots: an idle link holds one session and its control stream (bench links)
+    __slots__ = (
+        "_answered",
+        "_app_closed",
+        "_buf",
+        "_buf_offset",
+        "_buf_start",
+        "_buffered",
+        "_direct",
+        "_recv_conflict",
+        "_recv_lot",
+        "_recv_window",
+        "_reset_by_peer",
+        "_send_conflict",
+        "_send_lot",
+        "_send_window",
+        "_session",
+        "_state",
+        "_unacked",
+        "_wake_hook",
+        "_window_max",
+        "bytes_received",
+        "bytes_sent",
+        "opened_locally",
+        "stream_id",
+    )
+
     def __init__(self, session: Session, stream_id: int, *, opened_locally: bool) -> None:
         self._session = session
         self.stream_id: Final = stream_id
@@ -82,8 +109,12 @@ class MuxStream(trio.abc.HalfCloseableStream):
         self._answered = not opened_locally  # the peer ACKed, or sent us anything
         self._reset_by_peer = False
         # receive side
-        self._buf: deque[bytes | memoryview] = deque()
+        # A list read from _buf_start on, not a deque (760 bytes even when empty): compacted
+        # once half of it is consumed, so taking pieces from the front stays O(1) amortised.
+        self._buf: list[bytes | memoryview] = []
+        self._buf_start = 0
         self._direct: DirectSink | None = None
+        self._wake_hook: Callable[[], None] | None = None  # see _set_idle_receiver
         self._buf_offset = 0  # consumed bytes of self._buf[0]
         self._buffered = 0
         window = session.config.initial_window
@@ -152,18 +183,28 @@ class MuxStream(trio.abc.HalfCloseableStream):
         offset = self._buf_offset
         parts: list[bytes | memoryview] = []
         room = limit
-        while buf and room:
-            chunk = buf[0]
+        start = self._buf_start
+        done = start  # index of the first piece not wholly taken
+        for chunk in itertools.islice(buf, start, None):
+            if not room:
+                break
             available = len(chunk) - offset
             if available <= room:
-                parts.append(memoryview(chunk)[offset:] if offset else buf[0])
-                buf.popleft()
+                parts.append(memoryview(chunk)[offset:] if offset else chunk)
+                done += 1
                 room -= available
                 offset = 0
             else:
                 parts.append(memoryview(chunk)[offset : offset + room])
                 offset += room
                 room = 0
+        if done == len(buf):
+            buf.clear()
+            done = 0
+        elif done > 32 and done * 2 > len(buf):
+            del buf[:done]
+            done = 0
+        self._buf_start = done
         self._buf_offset = offset
         taken = limit - room
         self._buffered -= taken
@@ -297,6 +338,7 @@ class MuxStream(trio.abc.HalfCloseableStream):
         self._app_closed = True
         discarded = self._buffered
         self._buf.clear()
+        self._buf_start = self._buf_offset = 0
         self._buffered = 0
         if not self._session._ended and self._state in (
             StreamState.OPEN,
@@ -312,6 +354,7 @@ class MuxStream(trio.abc.HalfCloseableStream):
             self._session._linger(self)
         self._recv_lot.unpark_all()
         self._send_lot.unpark_all()
+        self._call_wake_hook()
         await checkpoint()
 
     # ---- session side: frames in ------------------------------------------------------------
@@ -326,6 +369,7 @@ class MuxStream(trio.abc.HalfCloseableStream):
             self._state = transition(self._state, StreamEvent.RECV_FIN)
             self._answered = True
             self._recv_lot.unpark_all()
+            self._call_wake_hook()
             if self._state in _TERMINAL:
                 self._session._forget(self)
         if flags & _RST:
@@ -347,7 +391,7 @@ class MuxStream(trio.abc.HalfCloseableStream):
             self._session._forget(self)
             return
         direct = self._direct
-        if direct is not None and not self._buffered and self._recv_lot:
+        if direct is not None and not self._buffered and (self._recv_lot or self._wake_hook):
             # The one receiving task is parked with nothing in hand: whatever it would do
             # with these bytes, the direct sink does now, without a copy or a task switch.
             taken = direct(memoryview(data))
@@ -360,6 +404,7 @@ class MuxStream(trio.abc.HalfCloseableStream):
         self._buf.append(_unpinned(data))
         self._buffered += n
         self._recv_lot.unpark()
+        self._call_wake_hook()
 
     def _set_direct_sink(self, sink: DirectSink | None) -> None:
         """Let the session's reader hand arriving bytes to `sink` (None: stop).
@@ -369,6 +414,29 @@ class MuxStream(trio.abc.HalfCloseableStream):
         sink does not take is buffered as usual and wakes the task. Used by core.splice.
         """
         self._direct = sink
+
+    def _set_idle_receiver(self, sink: DirectSink | None, wake: Callable[[], None] | None) -> None:
+        """Stand for a receiving task that is not there yet: `sink` takes arriving bytes as
+        in `_set_direct_sink`, and `wake` is called (once, synchronously, then forgotten) as soon
+        as something needs a task: bytes the sink did not take, FIN, RST, the session's end, or
+        aclose. core.splice starts its pump task from `wake`, so a stream whose bytes all pass
+        straight on never gets one. (None, None) stops it without calling `wake`.
+        """
+        self._direct = sink
+        self._wake_hook = wake
+        if wake is not None and (
+            self._buffered
+            or self._app_closed
+            or self._session._ended
+            or self._state not in (StreamState.OPEN, StreamState.LOCAL_CLOSED)
+        ):
+            self._call_wake_hook()  # a task is needed already
+
+    def _call_wake_hook(self) -> None:
+        hook = self._wake_hook
+        if hook is not None:
+            self._wake_hook = None
+            hook()
 
     def _on_window_update(self, delta: int) -> None:
         if delta:
@@ -380,6 +448,7 @@ class MuxStream(trio.abc.HalfCloseableStream):
         if self._state is StreamState.RESET:
             self._reset_by_peer = True
             self._buf.clear()
+            self._buf_start = self._buf_offset = 0
             self._buffered = 0
         self._session._forget(self)
         self._wake_all()
@@ -390,6 +459,7 @@ class MuxStream(trio.abc.HalfCloseableStream):
     def _wake_all(self) -> None:
         self._recv_lot.unpark_all()
         self._send_lot.unpark_all()
+        self._call_wake_hook()
 
     # ---- frames out -------------------------------------------------------------------------
 

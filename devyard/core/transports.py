@@ -1,12 +1,13 @@
 """Byte-stream transports for a session: TCP, TLS, and WebSocket (docs/protocol.md section 8).
 
-TCP and TLS are trio's own streams. `WebSocketStream` presents a trio-websocket connection as a
-`trio.abc.Stream`: each `send_all` is one binary message (the session writer always sends whole
-frames, so a message carries one or more whole frames), and `receive_some` hands out message
-bytes, keeping the rest of a large message for the next call.
-
-trio-websocket is 2-3x slower with its default 4 KiB receive buffer: every connection made here
-uses `WS_RECEIVE_BUFFER` (64 KiB or more) and allows messages up to `WS_MAX_MESSAGE`.
+TCP and TLS are trio's own streams. `open_transport` dials ``ws(s)://`` with devyard's own
+WebSocket framing (wsframe.FramedWebSocket: no task of its own, no message queue, payloads
+passed on as they arrive). `WebSocketStream` presents a trio-websocket connection the same way
+(tests and tools that serve WebSockets with trio-websocket): each `send_all` is one binary
+message (the session writer always sends whole frames, so a message carries one or more whole
+frames), and `receive_some` hands out message bytes, keeping the rest of a large message for
+the next call. trio-websocket is 2-3x slower with its default 4 KiB receive buffer: connections
+made with it should use `WS_RECEIVE_BUFFER` (64 KiB or more) and allow `WS_MAX_MESSAGE`.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from urllib.parse import urlsplit
 import trio
 import trio_websocket
 
-from ._groups import collapse_single_group
-from .upgrade import UpgradeRejected, dial_upgrade
+from ._message_stream import WS_MAX_SEND, MessageStream
+from .upgrade import dial_upgrade
+from .wsframe import FramedWebSocket, dial_websocket
 
 __all__ = [
     "DIAL_TIMEOUT",
@@ -42,67 +44,6 @@ DIAL_TIMEOUT: Final = 10.0
 _CLOSE_TIMEOUT: Final = 5.0
 WS_RECEIVE_BUFFER: Final = 256 * 1024
 WS_MAX_MESSAGE: Final = 4 * 1024 * 1024
-#: Largest message a session sends over a WebSocketStream (whole frames up to this size). A
-#: peer with the default read_size then takes each message whole, where a larger one is copied
-#: out in read_size slices, and wsproto, which copies a message three times to frame it and
-#: once more to parse it, works on buffers a quarter the size of a 1 MiB batch: over loopback,
-#: 4 streams at once moved ~20% more with this limit (TCP, without those copies, does better
-#: with the 1 MiB batches of max_write_batch).
-WS_MAX_SEND: Final = 256 * 1024
-
-
-class MessageStream(trio.abc.Stream):
-    """Binary messages presented as a byte stream: the base of every WebSocket transport.
-
-    Each `send_all` is one message (`_send_message`); `receive_some` hands out message bytes,
-    keeping the rest of a large message for the next call. Subclasses supply the two message
-    hooks (`_receive_message` returns None at a clean end) and `aclose`.
-    """
-
-    #: The session writer sends at most this much per send_all, that is per message.
-    max_send: Final = WS_MAX_SEND
-
-    def __init__(self) -> None:
-        self._pending = memoryview(b"")
-        self._eof = False
-        self._closed = False
-
-    async def _send_message(self, data: bytes) -> None:
-        raise NotImplementedError
-
-    async def _receive_message(self) -> bytes | None:
-        raise NotImplementedError
-
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        if self._closed:
-            raise trio.ClosedResourceError("websocket closed")
-        await self._send_message(bytes(data))
-
-    async def wait_send_all_might_not_block(self) -> None:
-        await trio.lowlevel.checkpoint()
-
-    async def receive_some(self, max_bytes: int | None = None) -> bytes:
-        if max_bytes is not None and max_bytes < 1:
-            raise ValueError("max_bytes must be >= 1")
-        if self._closed:
-            raise trio.ClosedResourceError("websocket closed")
-        if not self._pending:
-            if self._eof:
-                await trio.lowlevel.checkpoint()
-                return b""
-            message = await self._receive_message()
-            if message is None:
-                self._eof = True
-                return b""
-            if max_bytes is None or len(message) <= max_bytes:
-                return message
-            self._pending = memoryview(message)
-        else:
-            await trio.lowlevel.checkpoint()
-        size = len(self._pending) if max_bytes is None else max_bytes
-        chunk = bytes(self._pending[:size])
-        self._pending = self._pending[size:]
-        return chunk
 
 
 class WebSocketStream(MessageStream):
@@ -111,6 +52,7 @@ class WebSocketStream(MessageStream):
     def __init__(self, connection: trio_websocket.WebSocketConnection) -> None:
         super().__init__()
         self.connection = connection
+        self.handshake_headers = list(connection.handshake_headers)
 
     async def _send_message(self, data: bytes) -> None:
         try:
@@ -214,60 +156,36 @@ async def _dial_raw(
     return stream
 
 
-@asynccontextmanager
-async def _open_websocket(
+async def _dial_websocket(
     url: str,
     tls: ssl.SSLContext | None,
     extra_headers: list[tuple[bytes, bytes]] | None,
     dial_timeout: float,
-) -> AsyncIterator[trio_websocket.WebSocketConnection]:
-    """trio-websocket's client over a stream this function owns and always closes
-    (``open_websocket_url`` leaves the socket of a refused upgrade to the garbage collector)."""
+) -> FramedWebSocket:
+    """Connect and do the WebSocket handshake (wsframe.py: our own framing, no task)."""
     parts = urlsplit(url)
     host = parts.hostname or ""
     port = parts.port or (443 if tls is not None else 80)
     resource = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    deadline = trio.current_time() + dial_timeout
-    stream: trio.SocketStream | trio.SSLStream[trio.SocketStream]
     try:
-        with trio.fail_at(deadline):
+        with trio.fail_after(dial_timeout):
+            stream: trio.abc.Stream
             if tls is None:
                 stream = await trio.open_tcp_stream(host, port)
             else:
                 stream = await _open_tls(host, port, tls, https_compatible=True)
+            try:
+                return await dial_websocket(
+                    stream,
+                    host=host if port in (80, 443) else f"{host}:{port}",
+                    resource=resource,
+                    headers=extra_headers,
+                )
+            except BaseException:
+                await trio.aclose_forcefully(stream)
+                raise
     except trio.TooSlowError:
         raise TimeoutError(f"{url}: no answer within {dial_timeout:g} s") from None
-    try:
-        with collapse_single_group():
-            async with trio.open_nursery() as nursery:
-                try:
-                    with trio.fail_at(deadline):
-                        connection = await trio_websocket.wrap_client_stream(
-                            nursery,
-                            stream,
-                            host if port in (80, 443) else f"{host}:{port}",
-                            resource,
-                            extra_headers=extra_headers or [],
-                            message_queue_size=4,
-                            max_message_size=WS_MAX_MESSAGE,
-                            receive_buffer_size=WS_RECEIVE_BUFFER,
-                        )
-                except trio.TooSlowError:
-                    raise TimeoutError(f"{url}: no answer within {dial_timeout:g} s") from None
-                try:
-                    yield connection
-                finally:
-                    with trio.move_on_after(_CLOSE_TIMEOUT, shield=True):
-                        await connection.aclose()
-                    nursery.cancel_scope.cancel()
-    except trio_websocket.ConnectionRejected as exc:  # raised by the connection's reader task
-        raise _rejected(exc) from None
-    finally:
-        await trio.aclose_forcefully(stream)
-
-
-def _rejected(exc: trio_websocket.ConnectionRejected) -> UpgradeRejected:
-    return UpgradeRejected(exc.status_code or 0, list(exc.headers or []), bytes(exc.body or b""))
 
 
 @asynccontextmanager
@@ -317,7 +235,10 @@ async def open_transport(
         context = ssl_context if scheme == "wss" else None
         if scheme == "wss" and context is None:
             context = ssl.create_default_context()
-        async with _open_websocket(url, context, extra_headers, dial_timeout) as connection:
-            yield WebSocketStream(connection)
+        websocket = await _dial_websocket(url, context, extra_headers, dial_timeout)
+        try:
+            yield websocket
+        finally:
+            await trio.aclose_forcefully(websocket)
     else:
         raise ValueError(f"unsupported transport scheme {scheme!r} in {url!r}")

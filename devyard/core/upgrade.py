@@ -174,13 +174,21 @@ class UpgradeRequest:
         return UPGRADE_PROTOCOL in (p.strip() for p in protocols.split(","))
 
     async def accept(self) -> trio.abc.Stream:
+        stream, leftover = await self.accept_with(UPGRADE_PROTOCOL.encode(), [])
+        return _wrap(stream, leftover)
+
+    async def accept_with(
+        self, upgrade: bytes, headers: list[tuple[bytes, bytes]]
+    ) -> tuple[trio.abc.Stream, bytes]:
+        """Answer 101 with ``Upgrade: upgrade`` and *headers*; the stream, and the bytes
+        already read past the request (wsframe.accept_websocket)."""
         response = h11.InformationalResponse(
             status_code=101,
-            headers=[(b"connection", b"Upgrade"), (b"upgrade", UPGRADE_PROTOCOL.encode())],
+            headers=[(b"connection", b"Upgrade"), (b"upgrade", upgrade), *headers],
         )
         await self._stream.send_all(self._connection.send(response) or b"")
         leftover, _closed = self._connection.trailing_data
-        return _wrap(self._stream, bytes(leftover))
+        return self._stream, bytes(leftover)
 
     async def reject(
         self, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None

@@ -28,6 +28,10 @@ def piece_sender(stream: trio.abc.SendStream) -> Callable[[Pieces], Awaitable[No
     WebSocket): one send_all of the pieces joined. Whoever calls it must be the stream's only
     sender, as with send_all.
     """
+    send_pieces = getattr(stream, "send_pieces", None)  # wsframe.FramedWebSocket: no join
+    if send_pieces is not None:
+        sender: Callable[[Pieces], Awaitable[None]] = send_pieces
+        return sender
     inner: trio.abc.SendStream = stream
     while isinstance(inner, PrefixedStream):
         inner = inner.stream

@@ -294,6 +294,80 @@ async def test_splice_between_mux_streams_passes_on_within_credit_in_order(
     assert 0 < direct[0] < len(payload), direct[0]
 
 
+@pytest.mark.parametrize("with_fin", [False, True])
+async def test_bytes_that_arrived_before_the_splice_are_passed_on(with_fin: bool) -> None:
+    # The splice's way out of a mux stream starts without a task (it waits on the reader's
+    # direct sink): what is already buffered, or an EOF already received, must still go.
+    async with (
+        _tcp_pair() as (link_a, link_b),
+        _tcp_pair() as (sink, far),
+        open_session(link_a, client=True) as client,
+        open_session(link_b, client=False) as server,
+    ):
+        tx = await client.open_stream()
+        await tx.send_all(b"early bytes")
+        if with_fin:
+            await tx.send_eof()
+        inner = await server.accept_stream()
+        await eventually(lambda: inner._buffered == len(b"early bytes"))
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(splice, inner, sink)
+            got = b""
+            while len(got) < len(b"early bytes"):
+                got += await far.receive_some()
+            assert got == b"early bytes"
+            if with_fin:
+                assert await far.receive_some() == b""
+            else:
+                await tx.send_all(b" and late ones")
+                got = b""
+                while len(got) < len(b" and late ones"):
+                    got += await far.receive_some()
+                assert got == b" and late ones"
+                await tx.send_eof()
+                assert await far.receive_some() == b""
+            await far.send_eof()
+            assert await tx.receive_some() == b""
+
+
+class _Spawns(trio.abc.Instrument):
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def task_spawned(self, task: trio.lowlevel.Task) -> None:
+        self.names.append(task.name)
+
+
+async def test_a_splice_whose_socket_never_blocks_runs_in_one_task() -> None:
+    # Stream opens cost mostly trio's per-task machinery: the way out of the mux stream gets
+    # a task only once the socket (or the end of the stream) needs one.
+    async with (
+        _tcp_pair() as (link_a, link_b),
+        _tcp_pair() as (sink, far),
+        open_session(link_a, client=True) as client,
+        open_session(link_b, client=False) as server,
+        trio.open_nursery() as nursery,
+    ):
+        tx = await client.open_stream()
+        await tx.send_all(b"")
+        inner = await server.accept_stream()
+        spawns = _Spawns()
+        trio.lowlevel.add_instrument(spawns)
+        try:
+            nursery.start_soon(splice, inner, sink, name="the splice")
+            for i in range(20):
+                await tx.send_all(b"x%d" % i)
+                assert await far.receive_some() == b"x%d" % i
+            assert spawns.names == ["the splice"]
+            await tx.send_eof()  # now the way out needs a task, to pass the EOF on
+            assert await far.receive_some() == b""
+            assert len(spawns.names) == 2
+        finally:
+            trio.lowlevel.remove_instrument(spawns)
+        await far.send_eof()
+        assert await tx.receive_some() == b""
+
+
 async def test_piece_sender_sends_every_piece_in_order_over_a_slow_socket() -> None:
     rng = random.Random(3)
     pieces: list[bytes | memoryview] = []

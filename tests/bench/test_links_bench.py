@@ -1,0 +1,27 @@
+"""`python -m bench links` holds idle links over both carriers and reports one JSON line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_bench_links_holds_links_on_both_carriers_and_reports_json() -> None:
+    argv = [sys.executable, "-m", "bench", "links", "--links", "40", "--idle", "0.5"]
+    result = subprocess.run(
+        argv, cwd=ROOT, capture_output=True, text=True, timeout=180, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert summary["bench"] == "links"
+    assert set(summary["results"]) == {"tcp", "ws"}
+    for carrier, row in summary["results"].items():
+        assert row["links"] == 40, carrier
+        assert row["server_bytes_per_link"] > 0, carrier  # 40 sessions cost something
+        assert row["redials"] == 0, carrier
+    assert summary["targets"]["tcp.server_bytes_per_link"]["target"] == 20 * 1024
+    assert summary["config"]["nofile"] >= 1024
