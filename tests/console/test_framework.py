@@ -6,6 +6,8 @@ from __future__ import annotations
 import gzip
 import re
 
+from devyard.server.store.base import Platform
+
 from .conftest import Console, signed_in
 
 
@@ -123,3 +125,18 @@ async def test_static_files_are_gzipped_hashed_and_small(console: Console) -> No
         total += len(body)
     assert total < 100_000
     assert (await client.get("/console/static/../web.py")).status_code == 404
+
+
+async def test_the_instances_table_names_who_created_each(console: Console) -> None:
+    members = await console.store.list_members(console.alice.org_id)
+    alice = next(m for m in members if m.user.name == "alice")
+    made = await console.store.create_instance(
+        org_id=console.alice.org_id, platform=Platform.ANDROID, region="local", labels={},
+        spec={}, display_name="by-alice", token="dyi_t1", stream_token="dys_t1",
+        created_by=alice.user.id,
+    )  # fmt: skip
+    client = console.client()
+    await signed_in(client, console.carol.key)  # a viewer: the members list is hers to read
+    table = await (await client.get("/console/instances/table?platform=android")).get_data(True)
+    assert made.id in table
+    assert '<td data-label="Created by">alice</td>' in table, table

@@ -56,6 +56,7 @@ class NewInstance:
     display_name: str | None
     spec: dict[str, Any]
     client_ip: str | None = None
+    created_by: str | None = None  # the user whose credential asked (metadata.createdBy)
     # spec.initialAssets resolved by the API: one entry per file with a download URL
     initial_assets: tuple[dict[str, Any], ...] = ()
 

@@ -200,6 +200,7 @@ class InstanceService:
                 token=token,
                 stream_token=stream_token,
                 max_live=max_live,
+                created_by=new.created_by,
             )
             if self._shared is None:
                 self._reserved[instance.id] = self._reserved.pop(hold)

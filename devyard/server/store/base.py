@@ -315,6 +315,7 @@ class Instance:
     terminated_at: datetime | None = None
     token: str | None = attrs.field(default=None, repr=False)
     stream_token: str | None = attrs.field(default=None, repr=False)
+    created_by: str | None = None  # the user whose credential created it (None: older rows)
 
     @property
     def live(self) -> bool:
@@ -547,6 +548,7 @@ class Store(AccountStore, BillingStore, Protocol):
         token: str,
         stream_token: str,
         max_live: int | None = None,
+        created_by: str | None = None,
     ) -> Instance:
         """A new instance in state ``creating``, id ``<platform>_<region>_<ulid>``;
         `LimitReached` when *max_live* instances of the platform are live already."""

@@ -33,7 +33,8 @@ __all__ = ["SqlInstances", "labels_key"]
 
 _COLUMNS: Final = (
     "id, org_id, platform, region, host_id, display_name, labels, spec, state, error_message,"
-    " termination_reason, token, stream_token, created_at, assigned_at, ready_at, terminated_at"
+    " termination_reason, token, stream_token, created_at, assigned_at, ready_at, terminated_at,"
+    " created_by"
 )
 # SQL text here is built from constants and generated placeholder names only (hence the
 # S608 waivers); every value is a bound parameter.
@@ -73,6 +74,7 @@ def _instance(row: Row) -> Instance:
         assigned_at=_opt(row["assigned_at"]),
         ready_at=_opt(row["ready_at"]),
         terminated_at=_opt(row["terminated_at"]),
+        created_by=row["created_by"],
     )
 
 
@@ -114,6 +116,7 @@ class SqlInstances:
         token: str,
         stream_token: str,
         max_live: int | None = None,
+        created_by: str | None = None,
     ) -> Instance:
         instance = Instance(
             id=f"{platform.value}_{region}_{new_ulid()}",
@@ -127,6 +130,7 @@ class SqlInstances:
             display_name=display_name,
             token=token,
             stream_token=stream_token,
+            created_by=created_by,
         )
 
         def create(tx: Tx) -> None:
@@ -146,7 +150,8 @@ class SqlInstances:
             tx.execute(
                 f"INSERT INTO instances ({_COLUMNS}, labels_key) VALUES (:id, :org_id,"  # noqa: S608
                 " :platform, :region, NULL, :display_name, :labels, :spec, :state, NULL, NULL,"
-                " :token, :stream_token, :created_at, NULL, NULL, NULL, :labels_key)",
+                " :token, :stream_token, :created_at, NULL, NULL, NULL, :created_by,"
+                " :labels_key)",
                 {
                     "id": instance.id,
                     "org_id": org_id,
@@ -160,6 +165,7 @@ class SqlInstances:
                     "token": token,
                     "stream_token": stream_token,
                     "created_at": instance.created_at,
+                    "created_by": created_by,
                 },
             )
             for key, value in instance.labels.items():

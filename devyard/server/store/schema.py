@@ -487,4 +487,9 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
             "CREATE INDEX build_cache_by_idle ON build_cache (used_at)",
         ),
     ),
+    Migration(
+        16,
+        "instances: who created each (metadata.createdBy; the console's instance tables)",
+        ("ALTER TABLE instances ADD COLUMN created_by TEXT",),
+    ),
 )

@@ -90,6 +90,8 @@ async def test_lifecycle_urls_tokens_and_delete(
     assert "apiUrl" not in created["status"]
     assert created["spec"]["inactivityTimeout"] == "10m"
     assert created["status"]["token"].startswith("dyi_")
+    member = await (await client.get("/whoami", headers=callers.member.headers)).get_json()
+    assert created["metadata"]["createdBy"] == member["user"]["id"]  # who made it, kept
     await service.on_instance_event("h1", InstanceEvent(iid, InstancePhase.READY))
     path = f"/v1/android_instances/{iid}"
     ready = await (await client.get(path, headers=callers.member.headers)).get_json()

@@ -132,6 +132,8 @@ def instance_view(
         metadata["terminatedAt"] = timestamp(instance.terminated_at)
     if instance.display_name is not None:
         metadata["displayName"] = instance.display_name
+    if instance.created_by is not None:
+        metadata["createdBy"] = instance.created_by
     status: dict[str, Any] = {"state": instance.state.value}
     if instance.error_message is not None:
         status["errorMessage"] = instance.error_message
@@ -212,6 +214,7 @@ async def create_instance() -> Response:
         display_name=metadata.get("displayName"),
         spec=dict(data.get("spec", {})),
         client_ip=request.remote_addr,
+        created_by=caller.user_id,
         initial_assets=await _initial_assets(caller.org_id, _platform(), data.get("spec", {})),
     )
     service = state().instances

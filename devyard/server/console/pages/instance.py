@@ -22,7 +22,7 @@ from quart import Blueprint, Response, request
 
 from ...viewing import view_token
 from ..context import api, render, viewer
-from .instances import PLATFORMS, age, platform_of
+from .instances import PLATFORMS, age, people, platform_of
 
 __all__ = ["NAV", "blueprint"]
 
@@ -79,6 +79,7 @@ async def show(instance_id: str) -> str:
         is_build=platform in _BUILDS,
         age=age,
         platforms=PLATFORMS,
+        people=await people(who.org_id),
     )
 
 
@@ -90,7 +91,12 @@ async def state_fragment(instance_id: str) -> Response:
     platform = platform_of(instance_id)
     instance = await api().json("GET", f"/v1/{platform}_instances/{instance_id}")
     body = await render(
-        "console/instances/_facts.html", who=who, instance=instance, platform=platform, age=age
+        "console/instances/_facts.html",
+        who=who,
+        instance=instance,
+        platform=platform,
+        age=age,
+        people=await people(who.org_id),
     )
     response = Response(body, content_type="text/html; charset=utf-8")
     if instance["status"]["state"] != request.args.get("was"):

@@ -73,6 +73,18 @@ async def _list(filters: dict[str, str]) -> dict[str, Any]:
     return page
 
 
+async def people(org_id: str) -> dict[str, str]:
+    """The organization's members by user id, for ``metadata.createdBy`` (viewers may list
+    them); empty when the API refuses."""
+    try:
+        members = await api().json("GET", f"/organizations/{org_id}/members")
+    except ApiFailure as exc:
+        if exc.status == 401:
+            raise
+        return {}
+    return {m["user"]["id"]: m["user"]["name"] for m in members}
+
+
 @blueprint.get("/")
 async def index() -> str:
     who = await viewer()
@@ -86,6 +98,7 @@ async def index() -> str:
         platforms=PLATFORMS,
         states=STATES,
         age=age,
+        people=await people(who.org_id),
     )
 
 
@@ -96,7 +109,12 @@ async def table() -> str:
     filters = _filters()
     page = await _list(filters)
     return await render(
-        "console/instances/_table.html", who=who, filters=filters, page=page, age=age
+        "console/instances/_table.html",
+        who=who,
+        filters=filters,
+        page=page,
+        age=age,
+        people=await people(who.org_id),
     )
 
 
