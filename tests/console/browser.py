@@ -22,6 +22,7 @@ import pytest
 import trio
 
 from devyard.hostd.daemon import HostdConfig, serve_hostd
+from devyard.server.accounts.settings import AccountsConfig
 from devyard.server.api.serve import BoundServer
 from devyard.server.bootstrap import bootstrap_organization
 from devyard.server.config import ListenAddress, RateLimitConfig, ServerConfig
@@ -57,11 +58,14 @@ class Site:
 class SiteThread:
     """The site, served by a trio run in a thread until ``close``."""
 
-    def __init__(self, path: Path, provider: Provider) -> None:
+    def __init__(
+        self, path: Path, provider: Provider, accounts: AccountsConfig | None = None
+    ) -> None:
         #: build instances too, where this machine has what the gradle driver needs
         self.builds = all(shutil.which(tool) for tool in BUILD_TOOLS)
         self._path = path
         self._provider = provider
+        self._accounts = accounts  # with SMTP: invitations are mailed
         self._ready = threading.Event()
         self._token: trio.lowlevel.TrioToken | None = None
         self._stop: trio.Event | None = None
@@ -91,6 +95,8 @@ class SiteThread:
             rate_limit=RateLimitConfig(enabled=False),
             shutdown_grace=1,
         )
+        if self._accounts is not None:
+            config = attrs.evolve(config, accounts=self._accounts)
         async with open_configured_store(config) as store:
             acme = await bootstrap_organization(store, org_name="acme", user_name="alice")
             globex = await bootstrap_organization(store, org_name="globex", user_name="olga")

@@ -6,6 +6,7 @@ page under the 100 KB JS+CSS budget; a form post without the CSRF token is refus
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import httpx
@@ -13,7 +14,9 @@ import pytest
 import trio
 
 from tests.browser import NEEDS_CHROMIUM, BrowserThread
-from tests.polling import until
+from tests.polling import eventually, until
+from tests.ports import free_port
+from tests.server.accounts.conftest import Mailbox, SmtpPeer, smtp_accounts
 from tests.server.accounts.oidc_provider import Provider, running_provider
 
 from .browser import (
@@ -43,8 +46,26 @@ def provider() -> Iterator[Provider]:
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory, provider: Provider) -> Iterator[Site]:
-    thread = SiteThread(tmp_path_factory.mktemp("console-site"), provider)
+def smtp() -> Iterator[SmtpPeer]:
+    """A real SMTP server (aiosmtpd) the site mails its invitations to."""
+    from aiosmtpd.controller import Controller  # noqa: PLC0415 - dev dependency
+
+    mailbox = Mailbox()
+    port = free_port()
+    controller = Controller(mailbox, hostname="127.0.0.1", port=port)
+    controller.start()
+    try:
+        yield SmtpPeer(port=port, mailbox=mailbox)
+    finally:
+        controller.stop()
+
+
+@pytest.fixture(scope="module")
+def site(
+    tmp_path_factory: pytest.TempPathFactory, provider: Provider, smtp: SmtpPeer
+) -> Iterator[Site]:
+    accounts = smtp_accounts(smtp)
+    thread = SiteThread(tmp_path_factory.mktemp("console-site"), provider, accounts)
     try:
         assert thread.site is not None
         yield thread.site
@@ -395,6 +416,9 @@ async def test_operators_see_the_linked_hosts_and_answer_support(
             await console.call(box.fill, "fixed: the host got more cores")
             await console.call(page.locator("form button[type=submit]").last.click)
             await console.wait("() => document.body.textContent.includes('more cores')")
+            await _within_budget(console)
+            await console.goto(site.url + "/console/billing/")  # the last page without one
+            await _within_budget(console)
         assert console.csp_errors == []
     async with console_page(chromium) as console:
         with trio.fail_after(STEP_S):
@@ -403,3 +427,44 @@ async def test_operators_see_the_linked_hosts_and_answer_support(
             assert response.status == 403
             assert "operators" in await console.text("#refused")
             assert "the emulator is slow" not in await console.call(console.page.content)
+
+
+async def test_an_invited_member_joins_by_the_mailed_link(
+    site: Site, chromium: BrowserThread, smtp: SmtpPeer
+) -> None:
+    async with console_page(chromium) as console:
+        page = console.page
+        with trio.fail_after(STEP_S):
+            await sign_in_with_key(console, site, site.alice_key)
+            await console.goto(site.url + "/console/team/")
+            await console.call(page.fill, "#invite-email", "dana@example.com")
+            await console.call(page.select_option, "#invite-role", "viewer")
+            invite = page.locator("form[action='/console/team/invitations'] button")
+            await console.call(invite.click)
+            listed = "() => !!document.querySelector('[data-email=\"dana@example.com\"]')"
+            await console.wait(listed)
+            await _within_budget(console)
+        assert console.csp_errors == []
+    await eventually(lambda: any("dana@example.com" in m[1] for m in smtp.mailbox.messages))
+    mail = next(m[2] for m in smtp.mailbox.messages if "dana@example.com" in m[1])
+    payload = mail.get_payload(decode=True)
+    assert isinstance(payload, bytes)
+    match = re.search(r"(http\S+/invitations/accept\?token=\S+)", payload.decode())
+    assert match is not None, payload
+    async with console_page(chromium) as console:  # dana's own browser
+        page = console.page
+        with trio.fail_after(STEP_S):
+            await console.goto(match.group(1))  # the link as mailed: the console's join page
+            assert "/console/team/join" in page.url
+            await console.call(page.fill, "#userName", "dana")
+            await console.call(page.locator("form[action='/console/team/join'] button").click)
+            await console.wait("() => !!document.getElementById('new-key')")
+            key = await console.text("#new-key")
+            assert key.startswith("dy_")
+            await console.goto(site.url + "/console/team/")
+            assert "dana" in await console.text("header")
+            assert key not in await console.call(page.content)  # shown once, never again
+        assert console.csp_errors == []
+    async with httpx.AsyncClient(base_url=site.url) as api:
+        who = await api.get("/whoami", headers=site.headers(key))
+        assert (who.json()["user"]["name"], who.json()["role"]) == ("dana", "viewer")
