@@ -64,6 +64,9 @@ Keys (file key / environment variable):
                                                     (keys: devyard/server/accounts/settings.py)
     [peers]             DEVYARD_PEERS_<KEY>         replica links (docs/replicas.md): replica_id,
                                                     cluster_secret (never shown); both or none
+    [build_cache]       DEVYARD_BUILD_CACHE_<KEY>   the organizations' Gradle build cache
+                                                    (docs/builds.md): max_bytes, max_entry,
+                                                    max_idle_days, sweep_interval
 
 ``regions`` is a list of tables, one per region, for placement (docs/instances.md)::
 
@@ -469,6 +472,10 @@ _PARSERS: Final[dict[str, Callable[[object], Any]]] = {
     "peers.replica_id": _str,
     "peers.cluster_secret": _str,
     **{f"cluster.{key}": parse for key, parse in cluster_settings.PARSERS.items()},
+    "build_cache.max_bytes": _positive_int,
+    "build_cache.max_entry": _positive_int,
+    "build_cache.max_idle_days": _positive_float,
+    "build_cache.sweep_interval": _positive_float,
 }
 
 
@@ -587,10 +594,13 @@ def load_server_config(
 
 
 def _sections(values: Mapping[str, object], database_url: str | None) -> dict[str, object]:
-    """The sections parsed by their own modules: ``[blobs]``, ``[cluster]`` and ``[peers]``."""
+    """The sections parsed by their own modules: ``[blobs]``, ``[cluster]``, ``[peers]`` and
+    ``[build_cache]``."""
+    cache = {k.split(".", 1)[1]: v for k, v in values.items() if k.startswith("build_cache.")}
     return {
         "blobs": _blobs(values, database_url),
         "cluster": _cluster(values),
+        "build_cache": BuildCacheSettings(**cache),  # type: ignore[arg-type]  # _PARSERS checked
         **_peer_config(values),
     }
 

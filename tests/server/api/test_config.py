@@ -132,3 +132,14 @@ def test_mcp_refuses_browser_origins_unless_configured(tmp_path: Path) -> None:
             load_server_config(
                 flags={"data_dir": str(tmp_path)}, env={"DEVYARD_MCP_ALLOWED_ORIGINS": bad}
             )
+
+
+def test_the_build_cache_bounds_come_from_the_file_and_the_environment(tmp_path: Path) -> None:
+    assert load_server_config(flags={"data_dir": str(tmp_path)}).build_cache.max_bytes == 10 << 30
+    file = tmp_path / "devyard.toml"
+    file.write_text('data_dir = "/d"\n[build_cache]\nmax_bytes = 1048576\nmax_idle_days = 2\n')
+    config = load_server_config(file=file, env={"DEVYARD_BUILD_CACHE_MAX_ENTRY": "4096"})
+    cache = config.build_cache
+    assert (cache.max_bytes, cache.max_entry, cache.max_idle_days) == (1 << 20, 4096, 2.0)
+    with pytest.raises(ConfigError, match="DEVYARD_BUILD_CACHE_MAX_BYTES"):
+        load_server_config(env={"DEVYARD_DATA_DIR": "/d", "DEVYARD_BUILD_CACHE_MAX_BYTES": "0"})
