@@ -249,7 +249,7 @@ class BuildLogs:
             "status": record.status,
             "command": record.command,
             "downloadUrl": self.download_url(base_url, record),
-            "artifacts": list(record.artifacts),
+            "artifacts": [dict(a) for a in record.artifacts],
         }
         for name, value in (
             ("exitCode", record.exit_code),

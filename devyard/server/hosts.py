@@ -185,6 +185,8 @@ class InstanceAccess:
     view_only: bool = False
     # a scoped token with ``device:<id>:install``: the install operation only (POST api/apps)
     install_only: bool = False
+    # a signed artifact URL: a GET of that one ``api/`` path only (server.artifact_urls)
+    artifact_path: str | None = None
 
 
 class AccessReason(enum.Enum):
@@ -232,6 +234,13 @@ class InstanceDirectory(Protocol):
 
     async def authorize(self, instance_id: str, token: str) -> InstanceAccess:
         """Raises AccessDenied (UNKNOWN, GONE, WRONG_TOKEN, NOT_READY)."""
+        ...
+
+    async def authorize_signed(
+        self, instance_id: str, rest: str, query: dict[str, str]
+    ) -> InstanceAccess:
+        """A signed artifact URL (`server.artifact_urls`) admits a GET of *rest* alone;
+        raises AccessDenied as `authorize` does."""
         ...
 
     def touch(self, instance_id: str) -> None:

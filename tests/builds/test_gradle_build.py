@@ -195,6 +195,21 @@ async def test_sync_build_stream_and_collect_the_jar(tmp_path: Path) -> None:
                 if len((await http.get(logs_path)).json()) >= 4:
                     break
                 await trio.sleep(0.1)
+        # an artifact not uploaded as an asset has a signed URL while the instance lives
+        listed = {e["id"]: e for e in (await http.get(logs_path)).json()}[build]
+        [lib] = [a for a in listed["artifacts"] if a["path"] == "lib/build/libs/lib.jar"]
+        signed = lib["downloadUrl"]
+        async with httpx.AsyncClient(timeout=30) as anonymous:  # the signature is the credential
+            got = await anonymous.get(signed)
+            assert got.status_code == 200, got.text
+            assert jar_classes(got.content) == ["demo/lib/Greeting.class"]
+            tampered = await anonymous.get(signed.replace("signature=", "signature=0"))
+            assert tampered.status_code == 401, tampered.text
+            elsewhere = signed.replace("lib/build/libs/lib.jar", "app/build/libs/app.jar")
+            assert (await anonymous.get(elsewhere)).status_code == 401, "one path per signature"
+            assert (await anonymous.delete(signed)).status_code == 405
+            unsigned = await anonymous.get(signed.partition("?")[0])
+            assert unsigned.status_code == 401
         # the jar became the organization's asset, and an Android instance installs it
         query = {"nameFilter": "demo-app.jar", "includeDownloadUrl": "true"}
         with trio.fail_after(30):  # reported after the exec's log
@@ -244,6 +259,9 @@ async def test_sync_build_stream_and_collect_the_jar(tmp_path: Path) -> None:
         assert sorted(a["path"] for a in entry["artifacts"]) == paths
         [noted] = [a for a in entry["artifacts"] if a["path"] == "app/build/libs/app.jar"]
         assert noted["assetName"] == "demo-app.jar" and noted["assetId"] == asset["id"]
+        assert not [a for a in entry["artifacts"] if "downloadUrl" in a], "gone with the instance"
+        async with httpx.AsyncClient(timeout=30) as anonymous:
+            assert (await anonymous.get(signed)).status_code == 410  # its signed URL too
         async with httpx.AsyncClient(timeout=30) as anonymous:  # the signature is the credential
             text = await anonymous.get(entry["downloadUrl"])
             assert text.status_code == 200, text.text

@@ -40,6 +40,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Iterator, MutableMapping
 from typing import Any, Final
+from urllib.parse import parse_qsl
 
 import trio
 
@@ -55,6 +56,7 @@ from ...core import (
 )
 from ...core.transports import WS_MAX_MESSAGE
 from .. import metrics, viewing
+from ..artifact_urls import is_artifact_path
 from ..hosts import AccessDenied, HostUnavailableError, InstanceAccess, InstanceDirectory
 from .asgi import (
     ACCESS_REFUSALS,
@@ -179,11 +181,16 @@ class InstanceGateway:
         token = bearer_from(headers, query_string if in_query else None)
         if endpoint == PORTS:  # ?token= first: then Authorization is the device app's own
             token = bearer_from((), query_string) or token
-        if token is None:
+        signed = token is None and not websocket and endpoint == "api" and is_artifact_path(rest)
+        if token is None and not (signed and b"signature=" in query_string):
             where = "Authorization: Bearer, or ?token=" if in_query else "Authorization: Bearer"
             raise _Refused(401, "unauthorized", f"an instance token is required ({where})")
         try:
-            access = await self.directory.authorize(instance_id, token)
+            if token is None:  # a signed artifact URL (artifact_urls.py)
+                query = dict(parse_qsl(query_string.decode("latin-1")))
+                access = await self.directory.authorize_signed(instance_id, rest, query)
+            else:
+                access = await self.directory.authorize(instance_id, token)
         except AccessDenied as exc:
             status, reason = ACCESS_REFUSALS[exc.reason]
             raise _Refused(status, reason, exc.message) from None
@@ -192,7 +199,7 @@ class InstanceGateway:
         if access.install_only and (endpoint, rest) != ("api", _INSTALL_PATH):
             raise _Refused(403, "insufficient_scope", _INSTALL_ONLY)
         self.directory.touch(access.instance_id)
-        return access, endpoint, rest, token
+        return access, endpoint, rest, token or ""
 
     async def _open(self, access: InstanceAccess, kind: str, **fields: Any) -> MuxStream:
         try:
@@ -212,6 +219,8 @@ class InstanceGateway:
             access, endpoint, rest, token = await self._admit(
                 str(scope["path"]), scope.get("headers", []), bytes(scope.get("query_string", b""))
             )
+            if access.artifact_path is not None and scope["method"] not in ("GET", "HEAD"):
+                raise _Refused(405, "method_not_allowed", "a signed artifact URL takes GET")
             if endpoint == CDP_ENDPOINT and is_discovery(rest):
                 in_query = bearer_from(scope.get("headers", [])) is None
                 await serve_discovery(

@@ -14,7 +14,7 @@ from __future__ import annotations
 import hmac
 from typing import Final
 
-from .. import viewing
+from .. import artifact_urls, viewing
 from ..hosts import AccessDenied, AccessReason, Activity, InstanceAccess, InstanceRoute
 from ..store import errors as store_errors
 from ..store import tokens
@@ -69,6 +69,31 @@ class StoreInstanceDirectory:
             stream_only=not (full or install),
             view_only=view,
             install_only=install,
+        )
+
+    async def authorize_signed(
+        self, instance_id: str, rest: str, query: dict[str, str]
+    ) -> InstanceAccess:
+        """May the signed URL in *query* GET *rest* of *instance_id*'s ``apiUrl``?"""
+        instance = await self._get(instance_id)
+        if instance.state is InstanceState.TERMINATED or instance.token is None:
+            raise AccessDenied(AccessReason.GONE, f"instance {instance_id} was terminated")
+        if not artifact_urls.verify(instance.token, instance.id, rest, query):
+            raise AccessDenied(
+                AccessReason.WRONG_TOKEN,
+                f"the signature does not open {rest!r} of instance {instance_id} (or expired)",
+            )
+        if instance.state is not InstanceState.READY or instance.host_id is None:
+            raise AccessDenied(
+                AccessReason.NOT_READY,
+                f"instance {instance_id} is {instance.state.value}, not ready yet",
+            )
+        return InstanceAccess(
+            instance_id=instance.id,
+            host_id=instance.host_id,
+            platform=instance.platform.value,
+            stream_only=False,
+            artifact_path=rest,
         )
 
     async def _installer(self, instance: Instance, token: str) -> bool:

@@ -10,14 +10,16 @@ from typing import Any
 
 from quart import Blueprint, Response, jsonify, request
 
+from ...artifact_urls import artifact_url
 from ...blobs.base import BlobNotFound
 from ...blobs.settings import sibling_store
 from ...blobs.signing import BadSignature, ExpiredSignature
 from ...builds import BUILD_LOGS_DIR, BuildLogs
 from ...store import errors as store_errors
-from ...store.base import Platform
+from ...store.base import Platform, Role
 from ...store.build_logs import SqlBuildLogs
 from .._errors import APIError, Forbidden, NotFound
+from ..auth import role_at_least
 from ..context import principal, state
 from ..views import base_url
 
@@ -54,6 +56,15 @@ async def list_build_logs(id: str) -> Response:
     records = await service.logs.list_build_logs(caller.org_id, instance.id)
     base = base_url()
     items: list[dict[str, Any]] = [service.view(base, r) for r in records]
+    controls = not caller.read_only and role_at_least(caller.role, Role.MEMBER)
+    if controls and instance.live and instance.token is not None:
+        api_url = f"{base}/v1/instances/{instance.id}/api"  # as the instance's apiUrl
+        for item in items:  # what was not uploaded as an asset: a signed URL while it lives
+            for artifact in item.get("artifacts", []):
+                if "assetId" not in artifact and isinstance(artifact.get("path"), str):
+                    artifact["downloadUrl"] = artifact_url(
+                        api_url, instance.token, instance.id, item["id"], artifact["path"]
+                    )
     return jsonify(items)
 
 
