@@ -437,34 +437,34 @@ async def test_an_invited_member_joins_by_the_mailed_link(
         with trio.fail_after(STEP_S):
             await sign_in_with_key(console, site, site.alice_key)
             await console.goto(site.url + "/console/team/")
-            await console.call(page.fill, "#invite-email", "dana@example.com")
+            await console.call(page.fill, "#invite-email", "erin@example.org")
             await console.call(page.select_option, "#invite-role", "viewer")
             invite = page.locator("form[action='/console/team/invitations'] button")
             await console.call(invite.click)
-            listed = "() => !!document.querySelector('[data-email=\"dana@example.com\"]')"
+            listed = "() => !!document.querySelector('[data-email=\"erin@example.org\"]')"
             await console.wait(listed)
             await _within_budget(console)
         assert console.csp_errors == []
-    await eventually(lambda: any("dana@example.com" in m[1] for m in smtp.mailbox.messages))
-    mail = next(m[2] for m in smtp.mailbox.messages if "dana@example.com" in m[1])
+    await eventually(lambda: any("erin@example.org" in m[1] for m in smtp.mailbox.messages))
+    mail = next(m[2] for m in smtp.mailbox.messages if "erin@example.org" in m[1])
     payload = mail.get_payload(decode=True)
     assert isinstance(payload, bytes)
     match = re.search(r"(http\S+/invitations/accept\?token=\S+)", payload.decode())
     assert match is not None, payload
-    async with console_page(chromium) as console:  # dana's own browser
+    async with console_page(chromium) as console:  # erin's own browser
         page = console.page
         with trio.fail_after(STEP_S):
             await console.goto(match.group(1))  # the link as mailed: the console's join page
             assert "/console/team/join" in page.url
-            await console.call(page.fill, "#userName", "dana")
+            await console.call(page.fill, "#userName", "erin")
             await console.call(page.locator("form[action='/console/team/join'] button").click)
             await console.wait("() => !!document.getElementById('new-key')")
             key = await console.text("#new-key")
             assert key.startswith("dy_")
             await console.goto(site.url + "/console/team/")
-            assert "dana" in await console.text("header")
+            assert "erin" in await console.text("header")
             assert key not in await console.call(page.content)  # shown once, never again
         assert console.csp_errors == []
     async with httpx.AsyncClient(base_url=site.url) as api:
         who = await api.get("/whoami", headers=site.headers(key))
-        assert (who.json()["user"]["name"], who.json()["role"]) == ("dana", "viewer")
+        assert (who.json()["user"]["name"], who.json()["role"]) == ("erin", "viewer")
