@@ -27,12 +27,12 @@ from .blobs import BlobStore, BlobStoreError, BlobTooLarge, Operation, UrlSigner
 from .blobs.base import BlobNotFound
 from .blobs.service import AssetBlobs
 from .store import errors as store_errors
-from .store.base import Store
+from .store.base import Instance, Store
 from .store.build_logs import BuildLogRecord, BuildLogStore
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BUILD_LOGS_DIR", "LOG_PATH", "BuildLogs"]
+__all__ = ["BUILD_LOGS_DIR", "LOG_PATH", "BuildLogs", "host_build_instance"]
 
 BUILD_LOGS_DIR: Final = "build-logs"  # under the server's data dir
 #: The signed download: ``/v1/build_logs/{instance id}/{exec id}/log?op&expires&sig``.
@@ -63,6 +63,19 @@ def _int(value: object) -> int | None:
 
 def _iso(value: datetime | None) -> str | None:
     return None if value is None else value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+async def host_build_instance(store: Store, host_id: str, instance_id: str) -> Instance | None:
+    """The build instance *instance_id* if it runs on *host_id*, else None: what a host may
+    open ``build_log`` and ``build_cache`` streams for (its word names the instance; the
+    organization comes from the store)."""
+    try:
+        instance = await store.get_instance(instance_id)
+    except store_errors.NotFound:
+        return None
+    if instance.host_id != host_id or instance.platform not in _BUILD_PLATFORMS:
+        return None
+    return instance
 
 
 class BuildLogs:
@@ -104,15 +117,8 @@ class BuildLogs:
         if not _EXEC_ID.fullmatch(exec_id) or record.get("status") not in _STATUSES:
             await reject_open(stream, "bad-request", "bad execId or status")
             return
-        try:
-            instance = await self.store.get_instance(instance_id)
-        except store_errors.NotFound:
-            instance = None
-        if (
-            instance is None
-            or instance.host_id != host_id
-            or instance.platform not in _BUILD_PLATFORMS
-        ):
+        instance = await host_build_instance(self.store, host_id, instance_id)
+        if instance is None:
             await reject_open(stream, "not-found", f"no build instance {instance_id} on this host")
             return
         await accept_open(stream)

@@ -8,7 +8,7 @@ keeps cookies like a browser; browser tests (``browser.py``) run a real server i
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import attrs
@@ -21,6 +21,7 @@ from devyard.server.api.contract import Contract, load_document
 from devyard.server.bootstrap import bootstrap_organization
 from devyard.server.config import ServerConfig
 from devyard.server.store import Role, Store, open_store, tokens
+from tests.server.accounts.oidc_provider import Provider, running_provider
 
 
 @attrs.frozen
@@ -56,6 +57,15 @@ async def add_person(store: Store, org_id: str, name: str, role: Role) -> Person
         read_only=False,
     )
     return Person(name=name, key=secret.plaintext, org_id=org_id)
+
+
+@pytest.fixture(scope="module")
+def provider() -> Iterator[Provider]:
+    """The test OpenID provider of a browser module's site (single sign-on)."""
+    with pytest.MonkeyPatch.context() as patch:
+        # authlib's provider refuses plain HTTP unless told; the issuer is on loopback.
+        patch.setenv("AUTHLIB_INSECURE_TRANSPORT", "1")
+        yield from running_provider("(set once the server is bound)")
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,7 @@ from tests.browser import NEEDS_CHROMIUM, BrowserThread
 from tests.polling import eventually, until
 from tests.ports import free_port
 from tests.server.accounts.conftest import Mailbox, SmtpPeer, smtp_accounts
-from tests.server.accounts.oidc_provider import Provider, running_provider
+from tests.server.accounts.oidc_provider import Provider
 
 from .browser import (
     BUDGET_BYTES,
@@ -35,14 +35,6 @@ from .browser import (
 pytestmark = [*NEEDS_CHROMIUM, pytest.mark.slow]
 
 __all__ = ["chromium"]  # the module's fixture, imported
-
-
-@pytest.fixture(scope="module")
-def provider() -> Iterator[Provider]:
-    with pytest.MonkeyPatch.context() as patch:
-        # authlib's provider refuses plain HTTP unless told; the issuer is on loopback.
-        patch.setenv("AUTHLIB_INSECURE_TRANSPORT", "1")
-        yield from running_provider("(set once the server is bound)")
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ import trio
 
 from tests.browser import NEEDS_CHROMIUM, BrowserThread
 from tests.e2e._cli import clean_env, start
-from tests.server.accounts.oidc_provider import Provider, running_provider
+from tests.server.accounts.oidc_provider import Provider
 
 from .browser import (
     BUDGET_BYTES,
@@ -35,13 +35,6 @@ from .browser import (
 pytestmark = [*NEEDS_CHROMIUM, pytest.mark.slow]
 
 __all__ = ["chromium"]  # the module's fixture, imported
-
-
-@pytest.fixture(scope="module")
-def provider() -> Iterator[Provider]:
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("AUTHLIB_INSECURE_TRANSPORT", "1")
-        yield from running_provider("(set once the server is bound)")
 
 
 @pytest.fixture(scope="module")

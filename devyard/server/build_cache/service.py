@@ -25,6 +25,7 @@ import trio
 
 from ...core import accept_open, reject_open, send_message
 from ..blobs.base import BlobNotFound, BlobStore, BlobStoreError, BlobTooLarge
+from ..builds import host_build_instance
 from ..store import errors as store_errors
 from ..store.base import Store
 from ..store.build_cache import BuildCacheStore, CacheEntry
@@ -37,7 +38,6 @@ __all__ = ["CONTENT_TYPE", "BadKey", "BuildCacheService", "EntryTooLarge", "chec
 CONTENT_TYPE: Final = "application/vnd.gradle.build-cache-artifact.v1"
 #: Gradle's cache keys: hex (MD5 in Gradle 4 and 5, SHA-1/SHA-256 later), as hostd checks.
 _KEY: Final = re.compile(r"[0-9a-f]{16,128}")
-_BUILD_PLATFORMS: Final = frozenset({"xcode", "gradle"})
 _CHUNK: Final = 256 * 1024
 _BATCH: Final = 500
 _MAX_LISTED: Final = 4096
@@ -204,15 +204,8 @@ class BuildCacheService:
         ``{have}``, then (unless it had it) the bytes until EOF -> ``{ok, size | message}``;
         ``{op: "list", max_bytes}`` -> ``{entries: [{key, size}]}``, most recently used first."""
         instance_id = str(request.get("instance_id", ""))
-        try:
-            instance = await self.store.get_instance(instance_id)
-        except store_errors.NotFound:
-            instance = None
-        if (
-            instance is None
-            or instance.host_id != host_id
-            or instance.platform not in _BUILD_PLATFORMS
-        ):
+        instance = await host_build_instance(self.store, host_id, instance_id)
+        if instance is None:
             await reject_open(stream, "not-found", f"no build instance {instance_id} on this host")
             return
         org_id = instance.org_id
