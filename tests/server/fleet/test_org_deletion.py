@@ -84,8 +84,9 @@ async def _deletion(tmp_path: Path) -> None:
             args = ["connector", "run", "--server", fleet.url, "--token-file", str(token_file)]
             connectors[f"{org.id}/{name}"] = await start(args, clean_env(), tmp_path)
         try:
-            for org in (doomed, kept):
-                await until(partial(_tunnel_online, fleet, org, "intranet"))
+            # all three online first: "other" is checked after the deletion
+            for org, name in ((doomed, "intranet"), (kept, "intranet"), (kept, "other")):
+                await until(partial(_tunnel_online, fleet, org, name))
             gone = await _ready_instance(fleet, doomed)
             stays = await _ready_instance(fleet, kept)
             doomed_asset = await _asset(fleet, doomed, "app.apk")
