@@ -29,7 +29,7 @@ from devyard.server.config import ListenAddress, RateLimitConfig, ServerConfig
 from devyard.server.edge import HOST_TOKENS_FILE, create_host_token
 from devyard.server.serve import open_configured_store, serve_server
 from tests.browser import BrowserThread
-from tests.server.accounts.oidc_provider import CLIENT_ID, CLIENT_SECRET, Provider
+from tests.server.accounts.oidc_provider import CLIENT_ID, CLIENT_SECRET, LOOPBACK, Provider
 
 if TYPE_CHECKING:
     from playwright.async_api import Page
@@ -95,8 +95,11 @@ class SiteThread:
             rate_limit=RateLimitConfig(enabled=False),
             shutdown_grace=1,
         )
-        if self._accounts is not None:
-            config = attrs.evolve(config, accounts=self._accounts)
+        # the provider is on loopback, which SSO refuses unless listed (docs/accounts.md)
+        accounts = self._accounts or config.accounts
+        config = attrs.evolve(
+            config, accounts=attrs.evolve(accounts, oidc_allowed_networks=LOOPBACK)
+        )
         async with open_configured_store(config) as store:
             acme = await bootstrap_organization(store, org_name="acme", user_name="alice")
             globex = await bootstrap_organization(store, org_name="globex", user_name="olga")

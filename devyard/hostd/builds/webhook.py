@@ -9,7 +9,9 @@ When the exec ends, hostd POSTs its description (``GET /exec/{id}``'s JSON, plus
 *secret* is the caller's (16 to 256 characters), or one hostd makes for the exec and returns
 once, as ``webhookSecret`` in the answer of ``POST /exec``. A receiver recomputes the HMAC
 over the raw body, compares in constant time and rejects stale ``t`` (replays). A URL whose
-host resolves to a non-global address (loopback, private, link-local...) is not called.
+host resolves to a non-global address (loopback, private, link-local...) is not called, and
+the connection goes to the address that was checked (`devyard.core.pinning`), so DNS cannot
+answer differently between the check and the connection.
 Delivery:
 at most `WebhookPolicy.attempts` tries, ``backoff_s`` doubling between them, on a connection
 error, a timeout, 408, 429 or a 5xx; any 2xx is delivered; another status gives up at once.
@@ -19,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import ipaddress
 import json
 import re
 import secrets
@@ -33,6 +34,7 @@ import attrs
 import httpx
 import trio
 
+from ...core.pinning import AddressPolicy, PinningError, pin
 from .errors import BuildError, BuildReason
 
 __all__ = ["WebhookPolicy", "WebhookSpec", "deliver", "parse_webhook", "signature"]
@@ -118,22 +120,29 @@ async def deliver(
     """POST *payload* to the webhook until delivered or out of attempts; what happened
     (``{delivered, attempts, status?, error?}``, never the secret or the headers)."""
     body = json.dumps({"event": "build.completed", **payload}).encode()
-    if not policy.allow_private and not await _global_only(spec.url):
-        return {"delivered": False, "attempts": 0, "error": "the URL's address is not public"}
+    url, pinned_headers, extensions = spec.url, {}, {}
+    if not policy.allow_private:
+        try:
+            pinned = await pin(spec.url, AddressPolicy())
+        except PinningError:
+            return {"delivered": False, "attempts": 0, "error": "the URL's address is not public"}
+        url, pinned_headers, extensions = pinned.url, pinned.headers, pinned.extensions
     verify: ssl.SSLContext | bool = policy.ssl_context or True
     outcome: dict[str, Any] = {"delivered": False, "attempts": 0}
     delay = policy.backoff_s
     async with httpx.AsyncClient(verify=verify, timeout=policy.timeout_s) as client:
         for attempt in range(1, policy.attempts + 1):
             outcome["attempts"] = attempt
-            headers = dict(spec.headers)
+            headers = dict(spec.headers) | pinned_headers
             headers["Content-Type"] = "application/json"
             headers["X-Devyard-Event"] = "build.completed"
             headers["X-Devyard-Delivery"] = str(payload.get("execId", ""))
             headers["X-Devyard-Signature"] = signature(spec.secret, int(time.time()), body)
             retry = True
             try:
-                answer = await client.post(spec.url, content=body, headers=headers)
+                answer = await client.post(
+                    url, content=body, headers=headers, extensions=extensions
+                )
             except httpx.HTTPError as exc:
                 outcome["error"] = type(exc).__name__
             else:
@@ -148,19 +157,3 @@ async def deliver(
             await trio.sleep(delay)
             delay *= 2
     return outcome
-
-
-async def _global_only(url: str) -> bool:
-    """Whether every address *url*'s host resolves to is a global one (not loopback, private,
-    link-local, reserved...). DNS can still change between this and the connection (known
-    gap: a pinned connection would close it)."""
-    parts = urlsplit(url)
-    try:
-        infos = await trio.socket.getaddrinfo(parts.hostname, parts.port or 443)
-    except OSError:
-        return True  # unresolvable: the delivery fails on its own, with retries
-    for *_, sockaddr in infos:
-        address = ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0])
-        if not address.is_global:
-            return False
-    return True

@@ -11,7 +11,10 @@ nonce): discovery, the token request, the id token's validation. docs/accounts.m
   the client secret), ``iss``, ``aud`` (the client id; ``azp`` too when there are several),
   ``exp``, ``iat``, ``sub``, and the nonce (the caller compares it with the login's).
 - HTTP: httpx's async client (on trio), every request bounded by the configured timeout, no
-  redirects followed, a body of at most `MAX_BODY` bytes.
+  redirects followed, a body of at most `MAX_BODY` bytes, and pinned to an address the
+  server's `AddressPolicy` allows (public, or a network the operator listed), checked once per
+  request (`devyard.core.pinning`): a tenant's issuer cannot point the server at its own
+  loopback or private network, by name or by DNS rebinding.
 
 Every failure is an `OidcError` with an `OidcFailure` reason; its message never holds a
 token, a code, a secret or a nonce.
@@ -28,10 +31,13 @@ from typing import Any, Final
 
 import attrs
 import httpx
+import trio
 from authlib.oauth2.rfc7636 import create_s256_code_challenge
 from joserfc import jws, jwt
 from joserfc.errors import InvalidKeyIdError, JoseError
 from joserfc.jwk import KeySet
+
+from ...core.pinning import AddressPolicy, PinningError, pin
 
 __all__ = [
     "ALGORITHMS",
@@ -118,8 +124,15 @@ def _endpoint(doc: Mapping[str, Any], name: str, issuer: str) -> str:
 class OidcClient:
     """Shared by the requests of one server: it caches discovery documents and key sets."""
 
-    def __init__(self, *, timeout_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        *,
+        timeout_s: float,
+        addresses: AddressPolicy | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._timeout = timeout_s
+        self._addresses = addresses or AddressPolicy()
         self._clock = clock
         self._metadata: OrderedDict[str, tuple[ProviderMetadata, float]] = OrderedDict()
         self._keys: OrderedDict[str, _Keys] = OrderedDict()
@@ -136,13 +149,27 @@ class OidcClient:
         form: Mapping[str, str] | None = None,
         auth: tuple[str, str] | None = None,
     ) -> tuple[int, Any]:
-        headers = {"Accept": "application/json"}
+        try:
+            with trio.fail_after(self._timeout):
+                pinned = await pin(url, self._addresses)
+        except (PinningError, trio.TooSlowError) as exc:
+            message = str(exc) if isinstance(exc, PinningError) else "the name did not resolve"
+            raise OidcError(OidcFailure.PROVIDER_UNAVAILABLE, f"{what}: {message}") from None
+        headers = {"Accept": "application/json", **pinned.headers}
         try:
             async with httpx.AsyncClient(timeout=self._timeout, follow_redirects=False) as client:
                 if form is None:
-                    request = client.build_request("GET", url, headers=headers)
+                    request = client.build_request(
+                        "GET", pinned.url, headers=headers, extensions=pinned.extensions
+                    )
                 else:
-                    request = client.build_request("POST", url, data=dict(form), headers=headers)
+                    request = client.build_request(
+                        "POST",
+                        pinned.url,
+                        data=dict(form),
+                        headers=headers,
+                        extensions=pinned.extensions,
+                    )
                 basic = None if auth is None else httpx.BasicAuth(*auth)
                 response = await client.send(request, auth=basic, stream=True)
                 try:

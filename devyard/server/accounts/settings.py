@@ -16,6 +16,13 @@ environment variables are ``DEVYARD_ACCOUNTS_<KEY>``)::
     session_ttl_s = 43200                # a browser session lives this long (12 hours)
     oidc_timeout_s = 10.0                # one request to an identity provider, at most
     oidc_login_ttl_s = 600               # a single sign-on must come back this soon
+    oidc_allowed_networks = ["10.20.0.0/16"]  # an identity provider may be there too (below)
+
+An organization's identity provider is fetched by the server, so its issuer's host must
+resolve to public addresses only (the connection is pinned to the address checked:
+`devyard.core.pinning`); ``oidc_allowed_networks`` lists the private networks an internal
+provider may sit in (CIDR; the environment variable takes them comma-separated). Empty by
+default: no tenant can make the server fetch from its own loopback or private network.
 """
 
 from __future__ import annotations
@@ -26,6 +33,8 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 import attrs
+
+from ...core.pinning import AddressPolicy
 
 __all__ = ["PARSERS", "AccountsConfig", "OrganizationCreation", "SmtpSecurity", "build"]
 
@@ -57,6 +66,7 @@ class AccountsConfig:
     session_ttl_s: int = 12 * 3600
     oidc_timeout_s: float = 10.0
     oidc_login_ttl_s: int = 600
+    oidc_allowed_networks: tuple[str, ...] = ()
 
     @property
     def mail_enabled(self) -> bool:
@@ -97,6 +107,15 @@ def _nameserver(value: object) -> tuple[str, int]:
     return host, _int(port, 1, 65535)
 
 
+def _networks(value: object) -> tuple[str, ...]:
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)):
+        raise ValueError(f"expected a list of networks in CIDR form, got {value!r}")
+    networks = tuple(_text(item).strip() for item in items if str(item).strip())
+    AddressPolicy.parse(networks)  # ValueError names the bad one
+    return networks
+
+
 PARSERS: Final[Mapping[str, Callable[[object], Any]]] = {
     "organization_creation": lambda v: OrganizationCreation(_text(v)),
     "invitation_ttl_s": lambda v: _int(v, 60, 90 * 24 * 3600),
@@ -112,6 +131,7 @@ PARSERS: Final[Mapping[str, Callable[[object], Any]]] = {
     "session_ttl_s": lambda v: _int(v, 60, 30 * 24 * 3600),
     "oidc_timeout_s": _seconds,
     "oidc_login_ttl_s": lambda v: _int(v, 60, 3600),
+    "oidc_allowed_networks": _networks,
 }
 
 

@@ -22,6 +22,7 @@ from devyard.server.api.app import api_state, create_app
 from devyard.server.config import RateLimitConfig, ServerConfig
 from devyard.server.store import Store
 from tests.ports import free_port
+from tests.server.accounts.oidc_provider import LOOPBACK
 from tests.server.api.conftest import Callers, ManualClock, callers, store
 
 __all__ = ["Callers", "DnsPeer", "SmtpPeer", "callers", "smtp_accounts", "store"]
@@ -29,7 +30,7 @@ __all__ = ["Callers", "DnsPeer", "SmtpPeer", "callers", "smtp_accounts", "store"
 
 @pytest.fixture
 def accounts() -> AccountsConfig:
-    return AccountsConfig()
+    return AccountsConfig(oidc_allowed_networks=LOOPBACK)
 
 
 @pytest.fixture
@@ -98,6 +99,7 @@ def smtp_accounts(peer: SmtpPeer) -> AccountsConfig:
         smtp_security=SmtpSecurity.NONE,
         smtp_sender="devyard@test.invalid",
         smtp_timeout_s=10.0,
+        oidc_allowed_networks=LOOPBACK,
     )
 
 

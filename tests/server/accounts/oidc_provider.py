@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Final
 
 import attrs
 from authlib.integrations.flask_oauth2 import AuthorizationServer
@@ -109,6 +109,11 @@ class _Code(AuthorizationCodeMixin):  # type: ignore[misc]
         return None
 
 
+#: What a server's ``accounts.oidc_allowed_networks`` must list to reach this provider: it
+#: listens on loopback, which the server refuses by default (docs/accounts.md).
+LOOPBACK: Final = ("127.0.0.0/8",)
+
+
 class Provider:
     """The provider's state and knobs; the tests change the knobs between sign-ins."""
 
@@ -122,6 +127,7 @@ class Provider:
         self.codes: dict[str, _Code] = {}
         self.nonces: set[str] = set()
         self.jwks_requests = 0
+        self.requests = 0  # every request the provider answered
         self.rotations = 0
         self._rogue: RSAKey | None = None
         self.last_id_token: str | None = None
@@ -232,6 +238,11 @@ def _app(provider: Provider) -> Flask:
         save_token=lambda token, request: None,
     )
     server.register_grant(_grant(provider), [CodeChallenge(required=True), _open_id(provider)])
+
+    @app.before_request
+    def count() -> None:
+        with provider.lock:
+            provider.requests += 1
 
     @app.get("/.well-known/openid-configuration")
     def discovery() -> Any:

@@ -7,6 +7,7 @@ signature, another audience, an expired token, a replayed state and a replayed i
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -16,6 +17,7 @@ import httpx
 import pytest
 import trio
 
+from devyard.server.accounts.settings import AccountsConfig
 from devyard.server.api.app import api_state
 from devyard.server.api.requestlog import redact_target
 from devyard.server.api.serve import BoundServer, serve_api
@@ -24,7 +26,14 @@ from devyard.server.store import Role, Store
 from devyard.server.store.accounts import AuditQuery
 
 from ..api.conftest import Callers
-from .oidc_provider import CLIENT_ID, CLIENT_SECRET, Provider, ProviderUser, running_provider
+from .oidc_provider import (
+    CLIENT_ID,
+    CLIENT_SECRET,
+    LOOPBACK,
+    Provider,
+    ProviderUser,
+    running_provider,
+)
 
 
 @pytest.fixture(scope="module")
@@ -46,12 +55,22 @@ class Site:
 async def site(
     store: Store, callers: Callers, provider: Provider, tmp_path: Path
 ) -> AsyncIterator[Site]:
+    async with _open_site(store, callers, provider, tmp_path, LOOPBACK) as opened:
+        yield opened
+
+
+@asynccontextmanager
+async def _open_site(
+    store: Store, callers: Callers, provider: Provider, tmp_path: Path, networks: tuple[str, ...]
+) -> AsyncIterator[Site]:
+    """A server whose SSO may reach *networks* besides public addresses (docs/accounts.md)."""
     provider.reset()
     config = ServerConfig(
         data_dir=tmp_path,
         listen=ListenAddress("127.0.0.1", 0),
         rate_limit=RateLimitConfig(enabled=False),
         shutdown_grace=1,
+        accounts=AccountsConfig(oidc_allowed_networks=networks),
     )
     org = callers.admin.org_id
     await store.replace_domains(org, {"example.com": "t", "pending.example": "u"})
@@ -73,6 +92,23 @@ async def site(
             assert put.status_code == 200, put.text
         yield Site(url=bound.local_url, org_id=org, provider=provider)
         nursery.cancel_scope.cancel()
+
+
+async def test_an_issuer_on_a_network_not_allowed_is_not_fetched(
+    store: Store, callers: Callers, provider: Provider, tmp_path: Path
+) -> None:
+    """By default the server fetches public addresses only: an organization's issuer on the
+    server's loopback is refused before any request reaches it."""
+    async with (
+        _open_site(store, callers, provider, tmp_path, ()) as closed,
+        httpx.AsyncClient(base_url=closed.url) as browser,
+    ):
+        before = provider.requests
+        start = await browser.get(f"/auth/oidc/{closed.org_id}/start")
+        assert start.status_code == 503, start.text
+        message = start.json()["message"]
+        assert "resolves to 127.0.0.1, which is not a public address" in message, message
+        assert provider.requests == before
 
 
 async def _to_provider(browser: httpx.AsyncClient, site: Site) -> str:

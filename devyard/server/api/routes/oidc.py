@@ -20,6 +20,7 @@ from urllib.parse import urlencode, urlsplit
 
 from quart import Blueprint, Response, current_app, jsonify, request
 
+from ....core.pinning import AddressPolicy
 from ...accounts import sessions
 from ...accounts.oidc import IdToken, OidcClient, OidcError, OidcFailure, s256_challenge
 from ...accounts.secretbox import SecretBoxError, load_secret_box
@@ -138,7 +139,11 @@ def _client() -> OidcClient:
     extensions = current_app.extensions
     client = extensions.get(_CLIENT_KEY)
     if not isinstance(client, OidcClient):
-        client = OidcClient(timeout_s=state().config.accounts.oidc_timeout_s)
+        accounts = state().config.accounts
+        client = OidcClient(
+            timeout_s=accounts.oidc_timeout_s,
+            addresses=AddressPolicy.parse(accounts.oidc_allowed_networks),
+        )
         extensions[_CLIENT_KEY] = client
     return client
 
