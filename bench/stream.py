@@ -259,7 +259,17 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--model", default="pixel-tablet", help="virtual Android model (pixel-tablet: 800x1280)"
     )
+    parser.add_argument(
+        "--stages",
+        action="store_true",
+        help="only the host's CPU per frame, stage by stage, in this process (no browser)",
+    )
+    parser.add_argument("--rounds", type=int, default=5, help="--stages: rounds (median)")
     args = parser.parse_args(argv)
+    if args.stages:
+        from bench._stream_stages import main_stages  # noqa: PLC0415 (needs the hostd extra)
+
+        return main_stages(args.model, args.rounds)
     window = args.window or (3.0 if args.quick else 8.0)
     if not CHROMIUM.exists():
         print(f"bench stream: {CHROMIUM} is missing (apt-get install chromium)")

@@ -22,7 +22,7 @@ from ..base import Platform
 from .layout import Layout, Rect
 from .ui import CONTENT_ROWS, Screen, UiApp
 
-__all__ = ["app_color", "draw_marks", "encode_jpeg", "encode_png", "render"]
+__all__ = ["app_color", "draw_marks", "encode_jpeg", "encode_png", "mark_boxes", "render"]
 
 RGB = tuple[int, int, int]
 
@@ -266,19 +266,41 @@ def _nav_bar(draw: ImageDraw.ImageDraw, screen: Screen, layout: Layout, ink: RGB
     )
 
 
-def _marks(draw: ImageDraw.ImageDraw, screen: Screen, layout: Layout) -> None:
+def _marks(
+    draw: ImageDraw.ImageDraw, screen: Screen, layout: Layout, origin: tuple[int, int] = (0, 0)
+) -> None:
     radius = layout.scaled(18)
     for mark in screen.marks:
-        box = (mark.x - radius, mark.y - radius, mark.x + radius, mark.y + radius)
+        x, y = mark.x - origin[0], mark.y - origin[1]
+        box = (x - radius, y - radius, x + radius, y + radius)
         draw.ellipse(box, outline=MARK, width=layout.scaled(3))
         if mark.pressed:
             dot = radius // 2
-            draw.ellipse((mark.x - dot, mark.y - dot, mark.x + dot, mark.y + dot), fill=MARK)
+            draw.ellipse((x - dot, y - dot, x + dot, y + dot), fill=MARK)
 
 
-def draw_marks(image: Image.Image, screen: Screen) -> Image.Image:
-    """*image* (the screen rendered without its touch marks) with the marks drawn on it."""
-    _marks(ImageDraw.Draw(image), screen, screen.layout)
+def mark_boxes(screen: Screen) -> list[tuple[int, int, int, int]]:
+    """Per touch mark, the (left, top, right, bottom) box its pixels are in, on even
+    coordinates (a patch of a yuv420p picture, `_shared.video.Yuv420.patched`) and clipped
+    to the screen's even size. Empty boxes are left out."""
+    width, height = screen.size
+    width, height = width - width % 2, height - height % 2
+    reach = screen.layout.scaled(18) + 1  # the ellipse's box is inclusive: one pixel more
+    boxes = []
+    for mark in screen.marks:
+        left, top = max(0, mark.x - reach), max(0, mark.y - reach)
+        right, bottom = min(width, mark.x + reach + 1), min(height, mark.y + reach + 1)
+        left, top = left - left % 2, top - top % 2
+        right, bottom = min(width, right + right % 2), min(height, bottom + bottom % 2)
+        if left < right and top < bottom:
+            boxes.append((left, top, right, bottom))
+    return boxes
+
+
+def draw_marks(image: Image.Image, screen: Screen, origin: tuple[int, int] = (0, 0)) -> Image.Image:
+    """*image* (the screen rendered without its touch marks, or the part of it whose top left
+    corner is at *origin*) with the marks drawn on it."""
+    _marks(ImageDraw.Draw(image), screen, screen.layout, origin)
     return image
 
 
