@@ -12,7 +12,8 @@ Rows ``CODEC_CONTENT_xN`` (N viewers, each a page of one Chromium):
 Per row, over one window: capture-to-drawn latency p50/p95 (the host's capture wall clock,
 carried in every protocol-2 frame, to the page's clock after ``drawImage``: one machine, one
 clock), the drawn fps and Mbit/s of the first page, and the CPU of the `devyard up` process
-(server + hostd) in % of one core. ``touch_to_photon`` (1 viewer, static screen): the page sends
+(server + hostd) in % of one core, and Chromium's (every process of its over the window), and
+the load average at the row's end. ``touch_to_photon`` (1 viewer, static screen): the page sends
 a touch down and times until it has drawn the frame showing it, 8 taps.
 
 The last line is one JSON object ``{"bench": "stream", "results": {row: {...}}, "ratios":
@@ -79,6 +80,27 @@ def _env() -> dict[str, str]:
     return env
 
 
+def _descendants(pid: int) -> list[int]:
+    """*pid*'s child processes and theirs (Linux /proc)."""
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        for task in Path(f"/proc/{parent}/task").glob("*"):
+            try:
+                children = [int(c) for c in (task / "children").read_text().split()]
+            except OSError:
+                continue
+            found.extend(children)
+            todo.extend(children)
+    return found
+
+
+def _browser_cpu(devyard: int) -> dict[int, float]:
+    """CPU seconds so far of each process of ours but `devyard up` (Chromium's)."""
+    theirs = {devyard, *_descendants(devyard)}
+    return {p: cpu_seconds(p) for p in _descendants(os.getpid()) if p not in theirs}
+
+
 def _pct(ordered: list[float], q: float) -> float | None:
     """The q-quantile in ms, one decimal; None without samples (a static screen draws none)."""
     if not ordered:
@@ -142,9 +164,11 @@ async def _row(rig: Rig, codec: str, content: str, viewers: int, window: float) 
         first = pages[0]
         start_state = await rig.call(first.evaluate, "() => ({...window.devyard})")
         start_ms = await rig.call(first.evaluate, "() => performance.timeOrigin+performance.now()")
+        browser0 = _browser_cpu(rig.pid)
         cpu0, t0 = cpu_seconds(rig.pid), trio.current_time()
         await trio.sleep(window)
         cpu1, t1 = cpu_seconds(rig.pid), trio.current_time()
+        browser1 = _browser_cpu(rig.pid)
         end_state = await rig.call(first.evaluate, "() => ({...window.devyard})")
         samples = await rig.call(first.evaluate, "() => window.devyardSamples")
         nursery.cancel_scope.cancel()
@@ -157,6 +181,14 @@ async def _row(rig: Rig, codec: str, content: str, viewers: int, window: float) 
         "fps": round(drawn / elapsed, 1),
         "mbit_s": round((end_state["bytes"] - start_state["bytes"]) * 8 / elapsed / 1e6, 3),
         "cpu_pct": round((cpu1 - cpu0) / elapsed * 100, 1),
+        # Chromium's processes alive over the whole window (its renderers, GPU, browser)
+        "browser_cpu_pct": round(
+            sum(browser1[p] - browser0[p] for p in browser1.keys() & browser0.keys())
+            / elapsed
+            * 100,
+            1,
+        ),
+        "load": round(os.getloadavg()[0], 1),
         # per frame the first page drew: under a starved machine the 20-viewer row draws fewer
         # frames, which the bare CPU ratio would credit to the fan-out
         "cpu_ms_per_frame": round((cpu1 - cpu0) * 1000 / drawn, 1) if drawn else None,

@@ -205,9 +205,7 @@ class H264Encoder:
             "profile": "baseline",
             "crf": str(CRF),
             "forced-idr": "1",
-            "x264-params": (
-                f"scenecut=0:bframes=0:repeat-headers=1:annexb=1:threads={threads}"
-            ),
+            "x264-params": f"scenecut=0:bframes=0:repeat-headers=1:annexb=1:threads={threads}",
         }
         context.open()
         self._context = context

@@ -5,7 +5,8 @@ bytes (Pillow's PNG writer adds no timestamps). Text uses Pillow's bundled defau
 (``ImageFont.load_default``), never a system font that a host may lack. The status bar shows a
 fixed time for the same reason: a clock would make two screenshots of one state differ.
 
-Runs in worker threads (`trio.to_thread.run_sync`): nothing here touches shared state.
+Runs in worker threads (`trio.to_thread.run_sync`): nothing here changes shared state (the
+font and wallpaper caches hand out pictures that are only read or copied).
 """
 
 from __future__ import annotations
@@ -98,7 +99,15 @@ def render(screen: Screen) -> Image.Image:
 
 
 def _wallpaper(screen: Screen, width: int, height: int) -> Image.Image:
-    top, bottom = WALLPAPER.get(screen.model.platform, WALLPAPER[Platform.IOS])
+    """A copy of the platform's gradient at this size (the launcher draws on it)."""
+    return _gradient(screen.model.platform, width, height).copy()
+
+
+@functools.lru_cache(maxsize=8)
+def _gradient(platform: Platform, width: int, height: int) -> Image.Image:
+    """Made once per platform and size: three quarters of a launcher's render otherwise
+    (bench/README.md, "python -m bench stream")."""
+    top, bottom = WALLPAPER.get(platform, WALLPAPER[Platform.IOS])
     gradient = Image.linear_gradient("L").resize((width, height))
     return ImageOps.colorize(gradient, black=top, white=bottom)
 
