@@ -15,6 +15,8 @@ clock), the drawn fps and Mbit/s of the first page, and the CPU of the `devyard 
 (server + hostd) in % of one core, and Chromium's (every process of its over the window), and
 the load average at the row's end. ``touch_to_photon`` (1 viewer, static screen): the page sends
 a touch down and times until it has drawn the frame showing it, 8 taps.
+``h264_animated_socket``: the animated H.264 stream to a WebSocket client in this process, no
+page: capture to received, the host's and the edge's share of the latency.
 
 The last line is one JSON object ``{"bench": "stream", "results": {row: {...}}, "ratios":
 {...}, "targets": {...}}``: ``ratios.jpeg_over_h264_bytes`` (animated, 1 viewer),
@@ -32,7 +34,9 @@ import os
 import platform
 import signal
 import statistics
+import struct
 import tempfile
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -196,6 +200,51 @@ async def _row(rig: Rig, codec: str, content: str, viewers: int, window: float) 
     }
 
 
+async def _socket_row(rig: Rig, window: float) -> dict[str, Any]:
+    """H.264, animated, to a plain WebSocket client in this process instead of a page: capture
+    to received (no decoding, no drawing), which is the host's and the edge's share of the
+    page's latency. It acks on receipt as the page does (window 3)."""
+    url = f"{rig.status['endpointWebSocketUrl']}?token={rig.status['streamToken']}"
+    latencies: list[float] = []
+    frames = 0
+    with trio.fail_after(window + 60):
+        async with trio.open_nursery() as nursery, trio_websocket.open_websocket_url(url) as ws:
+            start = {"type": "start", "protocol": 2, "accept": "h264", "ackWindow": 3}
+            await ws.send_message(json.dumps(start))
+            await nursery.start(rig.animate)
+            measuring_from = trio.current_time() + 1.0  # warm-up, as the page rows
+            cpu0 = t0 = None
+            while True:
+                message = await ws.get_message()
+                if isinstance(message, str):
+                    continue
+                now_us = time.time_ns() // 1000
+                frames += 1
+                await ws.send_message(json.dumps({"type": "ack", "count": frames}))
+                (capture_us,) = struct.unpack_from(">Q", message, 14)
+                if trio.current_time() < measuring_from:
+                    continue
+                if t0 is None:
+                    cpu0, t0, first = cpu_seconds(rig.pid), trio.current_time(), frames
+                    continue
+                latencies.append((now_us - capture_us) / 1000)
+                if trio.current_time() - t0 >= window:
+                    break
+            cpu1, t1 = cpu_seconds(rig.pid), trio.current_time()
+            nursery.cancel_scope.cancel()
+    assert cpu0 is not None
+    elapsed = t1 - t0
+    latencies.sort()
+    return {
+        "latency_p50_ms": _pct(latencies, 0.5),
+        "latency_p95_ms": _pct(latencies, 0.95),
+        "fps": round((frames - first) / elapsed, 1),
+        "cpu_pct": round((cpu1 - cpu0) / elapsed * 100, 1),
+        "cpu_ms_per_frame": round((cpu1 - cpu0) * 1000 / max(1, frames - first), 1),
+        "load": round(os.getloadavg()[0], 1),
+    }
+
+
 async def _touch_to_photon(rig: Rig, codec: str) -> dict[str, Any]:
     async with rig.pages(codec, 1) as (page,):
         taps = []
@@ -238,6 +287,8 @@ async def _measure(data_dir: str, model: str, window: float) -> dict[str, Any]:
                 rig = Rig(chromium, status, process.pid)
                 for codec in ("h264", "jpeg"):
                     results[f"{codec}_touch_to_photon"] = await _touch_to_photon(rig, codec)
+                results["h264_animated_socket"] = await _socket_row(rig, window)
+                print("h264_animated_socket", results["h264_animated_socket"], flush=True)
                 for codec, content, viewers in ROWS:
                     name = f"{codec}_{content}_x{viewers}"
                     results[name] = await _row(rig, codec, content, viewers, window)
