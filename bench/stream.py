@@ -12,8 +12,11 @@ Rows ``CODEC_CONTENT_xN`` (N viewers, each a page of one Chromium):
 Per row, over one window: capture-to-drawn latency p50/p95 (the host's capture wall clock,
 carried in every protocol-2 frame, to the page's clock after ``drawImage``: one machine, one
 clock), the drawn fps and Mbit/s of the first page, and the CPU of the `devyard up` process
-(server + hostd) in % of one core. ``touch_to_photon`` (1 viewer, static screen): the page sends
+(server + hostd) in % of one core, and Chromium's (every process of its over the window), and
+the load average at the row's end. ``touch_to_photon`` (1 viewer, static screen): the page sends
 a touch down and times until it has drawn the frame showing it, 8 taps.
+``h264_animated_socket``: the animated H.264 stream to a WebSocket client in this process, no
+page: capture to received, the host's and the edge's share of the latency.
 
 The last line is one JSON object ``{"bench": "stream", "results": {row: {...}}, "ratios":
 {...}, "targets": {...}}``: ``ratios.jpeg_over_h264_bytes`` (animated, 1 viewer),
@@ -31,7 +34,9 @@ import os
 import platform
 import signal
 import statistics
+import struct
 import tempfile
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -77,6 +82,27 @@ def _env() -> dict[str, str]:
     # 20 viewers and the animating stream: more than the default 16 streams per instance
     env.update(DEVYARD_RATE_LIMIT_ENABLED="false", DEVYARD_MAX_STREAMS_PER_INSTANCE="32")
     return env
+
+
+def _descendants(pid: int) -> list[int]:
+    """*pid*'s child processes and theirs (Linux /proc)."""
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        for task in Path(f"/proc/{parent}/task").glob("*"):
+            try:
+                children = [int(c) for c in (task / "children").read_text().split()]
+            except OSError:
+                continue
+            found.extend(children)
+            todo.extend(children)
+    return found
+
+
+def _browser_cpu(devyard: int) -> dict[int, float]:
+    """CPU seconds so far of each process of ours but `devyard up` (Chromium's)."""
+    theirs = {devyard, *_descendants(devyard)}
+    return {p: cpu_seconds(p) for p in _descendants(os.getpid()) if p not in theirs}
 
 
 def _pct(ordered: list[float], q: float) -> float | None:
@@ -142,9 +168,11 @@ async def _row(rig: Rig, codec: str, content: str, viewers: int, window: float) 
         first = pages[0]
         start_state = await rig.call(first.evaluate, "() => ({...window.devyard})")
         start_ms = await rig.call(first.evaluate, "() => performance.timeOrigin+performance.now()")
+        browser0 = _browser_cpu(rig.pid)
         cpu0, t0 = cpu_seconds(rig.pid), trio.current_time()
         await trio.sleep(window)
         cpu1, t1 = cpu_seconds(rig.pid), trio.current_time()
+        browser1 = _browser_cpu(rig.pid)
         end_state = await rig.call(first.evaluate, "() => ({...window.devyard})")
         samples = await rig.call(first.evaluate, "() => window.devyardSamples")
         nursery.cancel_scope.cancel()
@@ -157,10 +185,63 @@ async def _row(rig: Rig, codec: str, content: str, viewers: int, window: float) 
         "fps": round(drawn / elapsed, 1),
         "mbit_s": round((end_state["bytes"] - start_state["bytes"]) * 8 / elapsed / 1e6, 3),
         "cpu_pct": round((cpu1 - cpu0) / elapsed * 100, 1),
+        # Chromium's processes alive over the whole window (its renderers, GPU, browser)
+        "browser_cpu_pct": round(
+            sum(browser1[p] - browser0[p] for p in browser1.keys() & browser0.keys())
+            / elapsed
+            * 100,
+            1,
+        ),
+        "load": round(os.getloadavg()[0], 1),
         # per frame the first page drew: under a starved machine the 20-viewer row draws fewer
         # frames, which the bare CPU ratio would credit to the fan-out
         "cpu_ms_per_frame": round((cpu1 - cpu0) * 1000 / drawn, 1) if drawn else None,
         "skipped": end_state["skipped"] - start_state["skipped"],
+    }
+
+
+async def _socket_row(rig: Rig, window: float) -> dict[str, Any]:
+    """H.264, animated, to a plain WebSocket client in this process instead of a page: capture
+    to received (no decoding, no drawing), which is the host's and the edge's share of the
+    page's latency. It acks on receipt as the page does (window 3)."""
+    url = f"{rig.status['endpointWebSocketUrl']}?token={rig.status['streamToken']}"
+    latencies: list[float] = []
+    frames = 0
+    with trio.fail_after(window + 60):
+        async with trio.open_nursery() as nursery, trio_websocket.open_websocket_url(url) as ws:
+            start = {"type": "start", "protocol": 2, "accept": "h264", "ackWindow": 3}
+            await ws.send_message(json.dumps(start))
+            await nursery.start(rig.animate)
+            measuring_from = trio.current_time() + 1.0  # warm-up, as the page rows
+            cpu0 = t0 = None
+            while True:
+                message = await ws.get_message()
+                if isinstance(message, str):
+                    continue
+                now_us = time.time_ns() // 1000
+                frames += 1
+                await ws.send_message(json.dumps({"type": "ack", "count": frames}))
+                (capture_us,) = struct.unpack_from(">Q", message, 14)
+                if trio.current_time() < measuring_from:
+                    continue
+                if t0 is None:
+                    cpu0, t0, first = cpu_seconds(rig.pid), trio.current_time(), frames
+                    continue
+                latencies.append((now_us - capture_us) / 1000)
+                if trio.current_time() - t0 >= window:
+                    break
+            cpu1, t1 = cpu_seconds(rig.pid), trio.current_time()
+            nursery.cancel_scope.cancel()
+    assert cpu0 is not None
+    elapsed = t1 - t0
+    latencies.sort()
+    return {
+        "latency_p50_ms": _pct(latencies, 0.5),
+        "latency_p95_ms": _pct(latencies, 0.95),
+        "fps": round((frames - first) / elapsed, 1),
+        "cpu_pct": round((cpu1 - cpu0) / elapsed * 100, 1),
+        "cpu_ms_per_frame": round((cpu1 - cpu0) * 1000 / max(1, frames - first), 1),
+        "load": round(os.getloadavg()[0], 1),
     }
 
 
@@ -206,6 +287,8 @@ async def _measure(data_dir: str, model: str, window: float) -> dict[str, Any]:
                 rig = Rig(chromium, status, process.pid)
                 for codec in ("h264", "jpeg"):
                     results[f"{codec}_touch_to_photon"] = await _touch_to_photon(rig, codec)
+                results["h264_animated_socket"] = await _socket_row(rig, window)
+                print("h264_animated_socket", results["h264_animated_socket"], flush=True)
                 for codec, content, viewers in ROWS:
                     name = f"{codec}_{content}_x{viewers}"
                     results[name] = await _row(rig, codec, content, viewers, window)
@@ -259,7 +342,17 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--model", default="pixel-tablet", help="virtual Android model (pixel-tablet: 800x1280)"
     )
+    parser.add_argument(
+        "--stages",
+        action="store_true",
+        help="only the host's CPU per frame, stage by stage, in this process (no browser)",
+    )
+    parser.add_argument("--rounds", type=int, default=5, help="--stages: rounds (median)")
     args = parser.parse_args(argv)
+    if args.stages:
+        from bench._stream_stages import main_stages  # noqa: PLC0415 (needs the hostd extra)
+
+        return main_stages(args.model, args.rounds)
     window = args.window or (3.0 if args.quick else 8.0)
     if not CHROMIUM.exists():
         print(f"bench stream: {CHROMIUM} is missing (apt-get install chromium)")

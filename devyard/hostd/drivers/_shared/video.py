@@ -17,8 +17,14 @@ The tier keeps the frames since its latest key frame, at most `HISTORY` of them.
 blocked while the tier moved on) skips to the newest key frame, or waits for the next one: it
 never sees a frame it cannot decode and nothing buffers without bound.
 
-Encoding (scale, colour conversion, libx264) runs in a worker thread under a per-run limiter
-of `ENCODE_THREADS`, never on the trio loop.
+Pictures arrive as `Yuv420` planes, the encoder's own format, so a frame costs no colour
+conversion in the encoder: the source converts once per picture that really changed and may
+patch only the regions that changed (`Yuv420.patched`; the virtual device does this for its
+touch marks). `to_yuv420` is the conversion, BT.601 limited range with 2x2-averaged chroma,
+which equals what swscale's default made of RGB before (docs/live-view.md).
+
+Encoding (scale, libx264) runs in a worker thread under a per-run limiter of
+`ENCODE_THREADS`, never on the trio loop.
 """
 
 from __future__ import annotations
@@ -26,18 +32,19 @@ from __future__ import annotations
 import collections
 import importlib.util
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from fractions import Fraction
 from typing import TYPE_CHECKING, Final, Protocol
 
 import attrs
 import trio
+from PIL import Image
 
 from ... import metrics
 from ..base import Codec, Frame
 
 if TYPE_CHECKING:
-    from PIL import Image
+    from av.video.plane import VideoPlane
 
 __all__ = [
     "AVAILABLE",
@@ -46,10 +53,13 @@ __all__ = [
     "KEY_INTERVAL_S",
     "MIN_KEY_GAP_S",
     "EncodedFrame",
+    "H264Encoder",
     "H264Stream",
     "H264Tier",
     "Pictures",
+    "Yuv420",
     "scaled_size",
+    "to_yuv420",
 ]
 
 #: PyAV (the hostd extra) is importable: the drivers offer H.264 only then.
@@ -60,6 +70,16 @@ HISTORY: Final = 8
 ENCODE_THREADS: Final = 2
 #: x264's quality target: UI pictures (flat colour, text) stay sharp well above this.
 CRF: Final = 26
+#: x264's (sliced) threads per encoder. Its default, 1.5x the cores, cost a third more CPU per
+#: frame on 2 cores for no lower latency; and a host encodes for many devices at once.
+X264_THREADS: Final = 2
+#: RGB -> Y'CbCr, BT.601 limited range (Y 16-235, Cb/Cr 16-240): a Pillow convert matrix
+#: (each row: R, G, B factors and an offset). What swscale's default made of RGB before.
+_BT601: Final = (
+    0.2568, 0.5041, 0.0979, 16.0,
+    -0.1482, -0.2910, 0.4392, 128.0,
+    0.4392, -0.3678, -0.0714, 128.0,
+)  # fmt: skip
 _LIMITER: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("video_limiter")
 
 
@@ -89,9 +109,57 @@ class Pictures(Protocol):
 
     async def wait_changed(self, version: int, key_epoch: int) -> None: ...
 
-    def snapshot(self) -> tuple[int, Callable[[], Image.Image]]:
-        """(version, a function that draws that picture; called in a worker thread)."""
+    def snapshot(self) -> tuple[int, Callable[[], Yuv420]]:
+        """(version, a function that makes that picture; called in a worker thread)."""
         ...
+
+
+@attrs.frozen(eq=False)
+class Yuv420:
+    """A picture in yuv420p: Pillow "L" images, Y at its even size, Cb and Cr at half of it.
+    Never changed in place (a source may hand the same one to several tiers)."""
+
+    y: Image.Image
+    u: Image.Image
+    v: Image.Image
+
+    @property
+    def size(self) -> tuple[int, int]:
+        return self.y.size
+
+    def resized(self, size: tuple[int, int]) -> Yuv420:
+        """Scaled to *size* (even), each plane on its own (bilinear, antialiased)."""
+        half = (size[0] // 2, size[1] // 2)
+        bilinear = Image.Resampling.BILINEAR
+        return Yuv420(
+            self.y.resize(size, bilinear),
+            self.u.resize(half, bilinear),
+            self.v.resize(half, bilinear),
+        )
+
+    def patched(self, patches: Iterable[tuple[int, int, Image.Image]]) -> Yuv420:
+        """A copy with each (left, top, RGB picture) converted and put in place. With even
+        left, top and sizes the result equals converting the whole patched picture."""
+        y, u, v = self.y.copy(), self.u.copy(), self.v.copy()
+        for left, top, picture in patches:
+            if left % 2 or top % 2 or picture.width % 2 or picture.height % 2:
+                raise ValueError(f"a patch is even-aligned: {left, top, picture.size}")
+            part = to_yuv420(picture)
+            y.paste(part.y, (left, top))
+            u.paste(part.u, (left // 2, top // 2))
+            v.paste(part.v, (left // 2, top // 2))
+        return Yuv420(y, u, v)
+
+
+def to_yuv420(picture: Image.Image) -> Yuv420:
+    """*picture* (RGB) in yuv420p; an odd last column or row is left out (4:2:0 needs even)."""
+    width, height = picture.size
+    if width % 2 or height % 2:
+        picture = picture.crop((0, 0, width - width % 2, height - height % 2))
+    if picture.mode != "RGB":
+        picture = picture.convert("RGB")
+    y, cb, cr = picture.convert("RGB", _BT601).split()
+    return Yuv420(y, cb.reduce(2), cr.reduce(2))
 
 
 def scaled_size(width: int, height: int, max_size: int | None) -> tuple[int, int]:
@@ -117,10 +185,11 @@ class EncodedFrame:
     encode_ms: float
 
 
-class _Encoder:
-    """A libx264 context; only ever used from one worker thread at a time."""
+class H264Encoder:
+    """A libx264 context; only ever used from one worker thread at a time. *threads*: x264's
+    (0: its default, 1.5x the cores)."""
 
-    def __init__(self, width: int, height: int) -> None:
+    def __init__(self, width: int, height: int, *, threads: int = X264_THREADS) -> None:
         import av  # noqa: PLC0415 (PyAV loads FFmpeg: only when someone watches in H.264)
 
         context = av.CodecContext.create("libx264", "w")
@@ -136,22 +205,38 @@ class _Encoder:
             "profile": "baseline",
             "crf": str(CRF),
             "forced-idr": "1",
-            "x264-params": "scenecut=0:bframes=0:repeat-headers=1:annexb=1",
+            "x264-params": f"scenecut=0:bframes=0:repeat-headers=1:annexb=1:threads={threads}",
         }
         context.open()
         self._context = context
         self.width, self.height = width, height
 
-    def encode(self, picture: Image.Image, pts_us: int, keyframe: bool) -> tuple[bytes, bool]:
+    def encode(self, picture: Yuv420, pts_us: int, keyframe: bool) -> tuple[bytes, bool]:
         import av  # noqa: PLC0415
         from av.video.frame import PictureType  # noqa: PLC0415
 
-        frame = av.VideoFrame.from_image(picture.convert("RGB"))  # type: ignore[no-untyped-call]
+        # a new frame each time (allocating is nothing next to x264): the encoder may keep a
+        # reference to the last one, so it is never written again
+        frame = av.VideoFrame(self.width, self.height, "yuv420p")
+        for plane, image in zip(frame.planes, (picture.y, picture.u, picture.v), strict=True):
+            _fill(plane, image)
         frame.pts = pts_us
         if keyframe:
             frame.pict_type = PictureType.I
         packets = self._context.encode(frame)
         return b"".join(bytes(p) for p in packets), any(p.is_keyframe for p in packets)
+
+
+def _fill(plane: VideoPlane, image: Image.Image) -> None:
+    """Copy an "L" picture into a frame's plane (whose rows may be padded for alignment)."""
+    data = memoryview(image.tobytes())
+    target = memoryview(plane)
+    width, line = image.width, plane.line_size
+    if line == width:
+        target[: len(data)] = data
+        return
+    for row in range(image.height):
+        target[row * line : row * line + width] = data[row * width : (row + 1) * width]
 
 
 class H264Tier:
@@ -163,7 +248,7 @@ class H264Tier:
         self._interval = 1.0 / max_fps
         self._gop = max(1, round(KEY_INTERVAL_S * max_fps))
         self._since_key = 0
-        self._encoder: _Encoder | None = None
+        self._encoder: H264Encoder | None = None
         self._lock = trio.Lock()
         self._history: collections.deque[EncodedFrame] = collections.deque(maxlen=HISTORY)
         self._seq = -1  # the newest frame's
@@ -264,9 +349,9 @@ class H264Tier:
             encoder = self._encoder
             if encoder is None or (encoder.width, encoder.height) != (width, height):
                 # a new size (a rotation): a new encoder, whose first frame is a key frame
-                encoder = self._encoder = _Encoder(width, height)
+                encoder = self._encoder = H264Encoder(width, height)
             if picture.size != (width, height):
-                picture = picture.resize((width, height))
+                picture = picture.resized((width, height))
             data, key = encoder.encode(picture, pts_us, keyframe)
             return data, key, (time.perf_counter() - started) * 1000, width, height
 

@@ -17,6 +17,12 @@ current epoch sends a frame even if the picture did not change. JPEG frames are 
 
 H.264 goes through `_shared.video`: one `H264Tier` (encoder) per output size and frame rate,
 held while a viewer's iterator holds it (a weak map), shared by every viewer of that tier.
+
+Cost per frame. The screen without its touch marks (``_Base``) is rendered once, and converted
+to yuv420p once, when it changes. A frame whose only change is a touch mark (a moving
+pointer, a tap's first frame) costs a copy of the cached planes with the few small boxes
+around the marks redrawn and converted (`render.mark_boxes`, `Yuv420.patched`): no full
+render and no full colour conversion, so most of a frame is x264's (bench/README.md).
 """
 
 from __future__ import annotations
@@ -33,9 +39,9 @@ import trio
 from PIL import Image
 
 from .._errors import InvalidInputError
-from .._shared.video import H264Stream, H264Tier
+from .._shared.video import H264Stream, H264Tier, Yuv420, to_yuv420
 from ..base import Codec, Frame
-from .render import draw_marks, encode_jpeg, encode_png, render
+from .render import draw_marks, encode_jpeg, encode_png, mark_boxes, render
 from .ui import Screen
 
 __all__ = ["FrameStream", "LiveScreen"]
@@ -43,6 +49,22 @@ __all__ = ["FrameStream", "LiveScreen"]
 MAX_FPS_LIMIT: Final = 120.0
 MIN_MAX_SIZE: Final = 16
 _JPEG_CACHE: Final = 4
+
+
+class _Base:
+    """The screen without touch marks: its picture, and its yuv420p planes once asked for."""
+
+    def __init__(self, screen: Screen) -> None:
+        self.screen = screen
+        self.rgb = render(screen)
+        self._yuv: Yuv420 | None = None
+        self._lock = threading.Lock()
+
+    def yuv(self) -> Yuv420:
+        with self._lock:  # two tiers' threads: one conversion
+            if self._yuv is None:
+                self._yuv = to_yuv420(self.rgb)
+            return self._yuv
 
 
 class LiveScreen:
@@ -54,7 +76,7 @@ class LiveScreen:
         self._closed = False
         self.started_at = started_at
         self._png: tuple[int, bytes] | None = None
-        self._base: tuple[Screen, Image.Image] | None = None
+        self._base: _Base | None = None
         self._base_lock = threading.Lock()
         self._jpeg: dict[tuple[int, int | None], tuple[bytes, int, int, int]] = {}
         self._tiers: weakref.WeakValueDictionary[tuple[int | None, float], H264Tier] = (
@@ -100,25 +122,39 @@ class LiveScreen:
         while self._version == version and self._key_epoch == key_epoch and not self._closed:
             await self._changed.wait()
 
-    def snapshot(self) -> tuple[int, Callable[[], Image.Image]]:
-        """(version, a function drawing that picture), for `H264Tier` (run in a thread)."""
+    def snapshot(self) -> tuple[int, Callable[[], Yuv420]]:
+        """(version, a function making that picture in yuv420p), for `H264Tier` (run in a
+        thread)."""
         screen = self._screen
-        return self._version, lambda: self._render(screen)
+        return self._version, lambda: self._yuv(screen)
 
-    def _render(self, screen: Screen) -> Image.Image:
-        """`render`, reusing the last picture without touch marks: a moving pointer redraws
-        only its marks (at 800x1280 a full render costs ~5x a JPEG encode; bench/README.md).
-        Called from worker threads, hence the lock around the one-entry cache."""
-        if not screen.marks:
-            return render(screen)
-        base = attrs.evolve(screen, marks=())
+    def _base_of(self, screen: Screen) -> _Base:
+        """The one-entry cache of the picture without touch marks (a full render is ~5x a JPEG
+        encode at 800x1280; bench/README.md). Called from worker threads, hence the lock."""
+        unmarked = attrs.evolve(screen, marks=()) if screen.marks else screen
         with self._base_lock:
             cached = self._base
-        if cached is None or cached[0] != base:
-            cached = (base, render(base))
+        if cached is None or cached.screen != unmarked:
+            cached = _Base(unmarked)
             with self._base_lock:
                 self._base = cached
-        return draw_marks(cached[1].copy(), screen)
+        return cached
+
+    def _render(self, screen: Screen) -> Image.Image:
+        """`render(screen)`, by drawing only the touch marks over the cached base picture
+        (which is returned itself when there are none: callers never change it)."""
+        base = self._base_of(screen)
+        return draw_marks(base.rgb.copy(), screen) if screen.marks else base.rgb
+
+    def _yuv(self, screen: Screen) -> Yuv420:
+        """`to_yuv420(render(screen))`: the base's planes with each mark's box redrawn."""
+        base = self._base_of(screen)
+        if not screen.marks:
+            return base.yuv()
+        patches = []
+        for box in mark_boxes(screen):
+            patches.append((box[0], box[1], draw_marks(base.rgb.crop(box), screen, box[:2])))
+        return base.yuv().patched(patches)
 
     async def png(self) -> bytes:
         version, screen = self._version, self._screen

@@ -5,7 +5,8 @@ bytes (Pillow's PNG writer adds no timestamps). Text uses Pillow's bundled defau
 (``ImageFont.load_default``), never a system font that a host may lack. The status bar shows a
 fixed time for the same reason: a clock would make two screenshots of one state differ.
 
-Runs in worker threads (`trio.to_thread.run_sync`): nothing here touches shared state.
+Runs in worker threads (`trio.to_thread.run_sync`): nothing here changes shared state (the
+font and wallpaper caches hand out pictures that are only read or copied).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from ..base import Platform
 from .layout import Layout, Rect
 from .ui import CONTENT_ROWS, Screen, UiApp
 
-__all__ = ["app_color", "draw_marks", "encode_jpeg", "encode_png", "render"]
+__all__ = ["app_color", "draw_marks", "encode_jpeg", "encode_png", "mark_boxes", "render"]
 
 RGB = tuple[int, int, int]
 
@@ -98,7 +99,15 @@ def render(screen: Screen) -> Image.Image:
 
 
 def _wallpaper(screen: Screen, width: int, height: int) -> Image.Image:
-    top, bottom = WALLPAPER.get(screen.model.platform, WALLPAPER[Platform.IOS])
+    """A copy of the platform's gradient at this size (the launcher draws on it)."""
+    return _gradient(screen.model.platform, width, height).copy()
+
+
+@functools.lru_cache(maxsize=8)
+def _gradient(platform: Platform, width: int, height: int) -> Image.Image:
+    """Made once per platform and size: three quarters of a launcher's render otherwise
+    (bench/README.md, "python -m bench stream")."""
+    top, bottom = WALLPAPER.get(platform, WALLPAPER[Platform.IOS])
     gradient = Image.linear_gradient("L").resize((width, height))
     return ImageOps.colorize(gradient, black=top, white=bottom)
 
@@ -266,19 +275,41 @@ def _nav_bar(draw: ImageDraw.ImageDraw, screen: Screen, layout: Layout, ink: RGB
     )
 
 
-def _marks(draw: ImageDraw.ImageDraw, screen: Screen, layout: Layout) -> None:
+def _marks(
+    draw: ImageDraw.ImageDraw, screen: Screen, layout: Layout, origin: tuple[int, int] = (0, 0)
+) -> None:
     radius = layout.scaled(18)
     for mark in screen.marks:
-        box = (mark.x - radius, mark.y - radius, mark.x + radius, mark.y + radius)
+        x, y = mark.x - origin[0], mark.y - origin[1]
+        box = (x - radius, y - radius, x + radius, y + radius)
         draw.ellipse(box, outline=MARK, width=layout.scaled(3))
         if mark.pressed:
             dot = radius // 2
-            draw.ellipse((mark.x - dot, mark.y - dot, mark.x + dot, mark.y + dot), fill=MARK)
+            draw.ellipse((x - dot, y - dot, x + dot, y + dot), fill=MARK)
 
 
-def draw_marks(image: Image.Image, screen: Screen) -> Image.Image:
-    """*image* (the screen rendered without its touch marks) with the marks drawn on it."""
-    _marks(ImageDraw.Draw(image), screen, screen.layout)
+def mark_boxes(screen: Screen) -> list[tuple[int, int, int, int]]:
+    """Per touch mark, the (left, top, right, bottom) box its pixels are in, on even
+    coordinates (a patch of a yuv420p picture, `_shared.video.Yuv420.patched`) and clipped
+    to the screen's even size. Empty boxes are left out."""
+    width, height = screen.size
+    width, height = width - width % 2, height - height % 2
+    reach = screen.layout.scaled(18) + 1  # the ellipse's box is inclusive: one pixel more
+    boxes = []
+    for mark in screen.marks:
+        left, top = max(0, mark.x - reach), max(0, mark.y - reach)
+        right, bottom = min(width, mark.x + reach + 1), min(height, mark.y + reach + 1)
+        left, top = left - left % 2, top - top % 2
+        right, bottom = min(width, right + right % 2), min(height, bottom + bottom % 2)
+        if left < right and top < bottom:
+            boxes.append((left, top, right, bottom))
+    return boxes
+
+
+def draw_marks(image: Image.Image, screen: Screen, origin: tuple[int, int] = (0, 0)) -> Image.Image:
+    """*image* (the screen rendered without its touch marks, or the part of it whose top left
+    corner is at *origin*) with the marks drawn on it."""
+    _marks(ImageDraw.Draw(image), screen, screen.layout, origin)
     return image
 
 
