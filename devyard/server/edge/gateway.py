@@ -505,8 +505,10 @@ async def _relay(stream: MuxStream, receive: Receive, send: Send, *, view_only: 
                 await _to_browser(send, message)
         with trio.move_on_after(2.0, shield=True):
             await send({"type": "websocket.close", "code": 1000})
-    except (RemoteProtocolError, trio.BrokenResourceError, OSError) as exc:
-        log.info("browser stream ended: %s", exc)
+    except* (RemoteProtocolError, trio.BrokenResourceError, OSError) as ended:
+        # a reset host stream (StreamResetError) or a gone browser, from either task: the
+        # nursery groups them, so a plain except let them out as a logged traceback
+        log.info("browser stream ended: %s", ended.exceptions[0])
     finally:
         await trio.aclose_forcefully(stream)
 
