@@ -18,6 +18,8 @@ Figures per N:
   yet) is retried, not sampled, and counted. A create that lands on a replica without the
   chosen host's link travels as an order over NOTIFY to the holder (docs/scale-out.md).
   ``cpu_ms_per_create``: CPU of the replicas, the hosts and PostgreSQL over the rounds.
+  ``idle_cores``: their CPU seconds per second over ``--idle`` s of no requests before it
+  (heartbeats, refreshes, sweeps: what the deployment costs with nothing to do).
 - ``whoami`` and ``list`` (the first page of ``GET /v1/android_instances``): requests/s with
   ``--concurrency`` workers for ``--duration`` s after ``--warmup`` s, p50 latency, errors,
   and CPU per request of the replicas, of PostgreSQL and of this client, plus
@@ -66,6 +68,7 @@ from devyard.server.store.pgcluster import ClusterUnavailable, temporary_cluster
 
 LIST_ROWS: Final = 60
 WARM_TIMEOUT: Final = 60.0
+ROUND_TIMEOUT: Final = 300.0  # one round of K concurrent creates, 409 retries included
 PATHS: Final = {"whoami": "/whoami", "list": "/v1/android_instances"}
 
 
@@ -130,11 +133,14 @@ async def _creates(
     retries: list[int] = []
     turn = itertools.count()
     for _ in range(rounds):
-        async with trio.open_nursery() as nursery:
-            for _ in range(k):
-                nursery.start_soon(
-                    _create_once, clients[next(turn) % len(clients)], samples, retries
-                )
+        with trio.move_on_after(ROUND_TIMEOUT) as late:
+            async with trio.open_nursery() as nursery:
+                for _ in range(k):
+                    nursery.start_soon(
+                        _create_once, clients[next(turn) % len(clients)], samples, retries
+                    )
+        if late.cancelled_caught:
+            raise StackError(f"{k} concurrent creates took longer than {ROUND_TIMEOUT:.0f} s")
     spent = cpu.spent()
     total = sum(v for v in (spent["replicas"], spent["hosts"], spent["postgres"]) if v)
     return {
@@ -162,9 +168,12 @@ async def _rate(
         while True:
             http = clients[next(turn) % len(clients)]
             sent = trio.current_time()
-            answer = await http.get(path)
+            try:
+                ok = (await http.get(path)).status_code == 200
+            except httpx.TransportError:  # counted, as a load balancer's client would see it
+                ok = False
             if counting:
-                counts["ok" if answer.status_code == 200 else "errors"] += 1
+                counts["ok" if ok else "errors"] += 1
                 latencies.append(trio.current_time() - sent)
 
     async with trio.open_nursery() as nursery:
@@ -219,10 +228,18 @@ async def _measure(n: int, url: str, datadir: Path, args: argparse.Namespace) ->
             try:
                 setup_s = trio.current_time() - started
                 await _warm(clients)
+                idle = _Cpu(deployment, postmaster)
+                await trio.sleep(args.idle)
+                spent = idle.spent()
                 result = await _creates(
                     clients, _Cpu(deployment, postmaster), args.creates, args.rounds
                 )
                 result["setup_s"] = round(setup_s, 1)
+                result["idle_cores"] = {
+                    k: None if v is None else round(v / args.idle, 3)
+                    for k, v in spent.items()
+                    if k != "client"
+                }
                 for name, path in PATHS.items():
                     result[name] = await _rate(clients, path, deployment, postmaster, args)
                 if deployment.lb_url is not None:
@@ -264,7 +281,7 @@ def _print_row(n: str, row: dict[str, Any]) -> None:
     line = (
         f"N={n}  create->ready p50 {create['p50']:.0f} ms p95 {create['p95']:.0f} ms"
         f" ({row['creates']} creates, {row['no_capacity_retries']} 409 retries,"
-        f" {row['cpu_ms_per_create']:.0f} CPU ms each)"
+        f" {row['cpu_ms_per_create']:.0f} CPU ms each)  idle cores {row['idle_cores']}"
     )
     for name in PATHS:
         r = row[name]
@@ -299,6 +316,7 @@ def _settings(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--concurrency", type=int, default=12, help="throughput workers (12)")
     parser.add_argument("--duration", type=float, help="seconds per throughput figure (5; 1)")
     parser.add_argument("--warmup", type=float, help="seconds before each window (1; 0.3)")
+    parser.add_argument("--idle", type=float, help="seconds of idle CPU read (2; quick 0.5)")
     parser.add_argument("--forward-mib", type=int, help="MiB per forward sample (256; 16)")
     parser.add_argument("--forward-rounds", type=int, help="forward rounds (3; quick 1)")
     parser.add_argument("--no-forward", action="store_true", help="leave the hop out")
@@ -310,6 +328,7 @@ def _settings(argv: list[str]) -> argparse.Namespace:
         ("rounds", 3, 1),
         ("duration", 5.0, 1.0),
         ("warmup", 1.0, 0.3),
+        ("idle", 2.0, 0.5),
         ("forward_mib", 256, 16),
         ("forward_rounds", 3, 1),
     ):
@@ -323,6 +342,8 @@ def _settings(argv: list[str]) -> argparse.Namespace:
         parser.error("bad --replicas, --hosts or --creates")
     if args.rounds < 1 or args.duration <= 0 or args.warmup < 0 or args.concurrency < 1:
         parser.error("bad --rounds, --duration, --warmup or --concurrency")
+    if args.idle <= 0:
+        parser.error("bad --idle")
     if args.haproxy and HAPROXY is None:
         print("bench replicas: haproxy is not installed; --haproxy ignored", file=sys.stderr)
     return args

@@ -31,7 +31,7 @@ def test_bench_replicas_measures_one_and_two_replicas_and_the_hop() -> None:
         pytest.skip("no PostgreSQL: server binaries (initdb, pg_ctl) not found (scripts/deps)")
     argv = [sys.executable, "-m", "bench", "replicas", "--quick", "--replicas", "1,2",
             "--hosts", "1", "--creates", "2", "--concurrency", "4", "--duration", "0.5",
-            "--warmup", "0.1", "--forward-mib", "4"]  # fmt: skip
+            "--warmup", "0.1", "--idle", "0.2", "--forward-mib", "4"]  # fmt: skip
     result = subprocess.run(
         argv, cwd=ROOT, capture_output=True, text=True, timeout=400, check=False
     )
@@ -46,6 +46,8 @@ def test_bench_replicas_measures_one_and_two_replicas_and_the_hop() -> None:
         assert _positive(row["create_ready_ms"]["p50"]), (n, row)
         assert row["create_ready_ms"]["p95"] >= row["create_ready_ms"]["p50"], (n, row)
         assert _positive(row["cpu_ms_per_create"]), (n, row)
+        idle = row["idle_cores"]["replicas"]
+        assert math.isfinite(idle) and 0 <= idle <= 2 * int(n), (n, row)
         for name in ("whoami", "list"):
             figure = row[name]
             assert figure["errors"] == 0, (n, name, figure)
@@ -65,7 +67,7 @@ def test_bench_replicas_measures_one_and_two_replicas_and_the_hop() -> None:
 
 
 @pytest.mark.parametrize(
-    "argv", [["--replicas", "0"], ["--replicas", "one"], ["--creates", "0"], ["--duration", "0"]]
+    "argv", [["--replicas", "0"], ["--replicas", "one"], ["--creates", "0"], ["--idle", "0"]]
 )
 def test_bench_replicas_refuses_bad_options(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as refused:
