@@ -353,6 +353,13 @@ def main(argv: list[str]) -> int:
     args = _settings(argv)
     load = os.getloadavg()
     print(f"bench replicas: load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}", flush=True)
+    if (os.cpu_count() or 1) < 2 * max(args.counts):
+        print(
+            f"bench replicas: {os.cpu_count()} cores for up to {max(args.counts)} replicas,"
+            " their hosts, PostgreSQL and this client: more replicas cannot raise CPU-bound"
+            " throughput here; read the CPU per request and replica cores beside the ratios",
+            flush=True,
+        )
     results: dict[str, dict[str, Any]] = {}
     try:
         with temporary_cluster() as cluster:
