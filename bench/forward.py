@@ -120,7 +120,7 @@ async def _cluster(directory: Path, link: str) -> AsyncIterator[tuple[Edge, Edge
             data_dir=directory / name,
             listen=ListenAddress("127.0.0.1", 0),
             link_listen=ListenAddress("127.0.0.1", 0),
-            peers=PeerConfig(name, _SECRET),
+            peers=PeerConfig(cluster_secret=_SECRET, replica_id=name),
         )
         for name in ("r1", "r2")
     ]
