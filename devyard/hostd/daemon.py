@@ -264,7 +264,9 @@ def _hello(config: HostdConfig, supervisor: Supervisor, slots: LinkSlots) -> dic
         "platforms": config.platforms,
         "drivers": list(config.drivers),
         # What runs here now (empty after a restart): the server ends the rest (section 7).
-        "instances": supervisor.running(),
+        # Not while another link is up (two links): that link's registration reconciled, and
+        # an order it took after this hello was built must not be ended by this one's.
+        **({} if slots.linked() else {"instances": supervisor.running()}),
         # two links to two replicas (docs/protocol.md 7): neither is the other's stale copy
         **({"links": links} if links > 1 else {}),
     }

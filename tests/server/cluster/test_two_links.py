@@ -7,7 +7,10 @@ serving through the other replica; the replica that comes back gets a link again
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
@@ -29,11 +32,14 @@ from devyard.server.edge import HOST_TOKENS_FILE, create_host_token
 from devyard.server.serve import open_configured_store, serve_server
 from devyard.server.store.postgres import open_postgres_database
 from devyard.server.store.sql_cluster import SqlCluster
+from tests.connector.rig import DEVYARD, Connector
 from tests.polling import until
 from tests.ports import free_port
 
 pytestmark = pytest.mark.postgres
 
+PRIVATE = "127.0.0.2"  # the connector's private network: a second loopback address
+PRIVATE_BODY = b"the private service answers\n"
 HOST_GRACE = 3.0  # a host lease not renewed for this long is lost (kept short on purpose)
 
 
@@ -147,14 +153,58 @@ async def _holder(url: str, host_id: str) -> str | None:
     return None if row is None else row.replica_id
 
 
-async def test_a_host_holds_two_links_and_losing_a_replica_costs_it_nothing(
+async def _private_http(stream: trio.SocketStream) -> None:
+    async with stream:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = await stream.receive_some()
+            if not chunk:
+                return
+            data += chunk
+        await stream.send_all(
+            b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
+            % (len(PRIVATE_BODY), PRIVATE_BODY)
+        )
+
+
+async def _start_connector(nursery: trio.Nursery, server: str, token_file: Path) -> Connector:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DEVYARD_")}
+    process = await trio.lowlevel.open_process(
+        [*DEVYARD, "connector", "run", "--server", server, "--token-file", str(token_file)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    connector = Connector(process)
+    nursery.start_soon(connector.pump)
+    return connector
+
+
+async def test_hosts_and_connectors_hold_two_links_and_losing_a_replica_costs_them_nothing(
     postgres_url: str, tmp_path: Path
 ) -> None:
-    async with open_cluster(postgres_url, tmp_path) as cluster, httpx.AsyncClient() as http:
+    async with (
+        open_cluster(postgres_url, tmp_path) as cluster,
+        httpx.AsyncClient(timeout=60) as http,
+        trio.open_nursery() as nursery,
+    ):
         a, b = cluster.a, cluster.b
+        try:
+            listeners = await nursery.start(partial(trio.serve_tcp, _private_http, 0, host=PRIVATE))
+        except OSError as exc:  # pragma: no cover - every Linux routes 127.0.0.0/8 to lo
+            pytest.skip(f"cannot listen on {PRIVATE}: {exc}")
+        private = f"{PRIVATE}:{listeners[0].socket.getsockname()[1]}"
+        auth = {"Authorization": f"Bearer {cluster.api_key}"}
+        made = await http.post(
+            f"{b.url}/v1/tunnels", json={"name": "corp", "selectors": [private]}, headers=auth
+        )
+        assert made.status_code == 200, made.text
+        (tmp_path / "tunnel-token").write_text(made.json()["token"])
+        # both dial the entry (a load balancer in production) for their first link
+        connector = await _start_connector(nursery, a.url, tmp_path / "tunnel-token")
         shutdown = trio.Event()
         hostd = HostdConfig(
-            server_url=a.url,  # the entry (a load balancer in production): the first link
+            server_url=a.url,
             token=cluster.host_token,
             region=a.config.region,
             data_dir=tmp_path / "host",
@@ -165,50 +215,67 @@ async def test_a_host_holds_two_links_and_losing_a_replica_costs_it_nothing(
             await host_nursery.start(partial(serve_hostd, hostd, shutdown=shutdown))
 
             async def both_linked() -> bool:
-                return (await a.links(http)).get("host") == 1 and (await b.links(http)).get(
-                    "host"
-                ) == 1
+                want = {"host": 1, "connector": 1}
+                links_a, links_b = await a.links(http), await b.links(http)
+                return all(links_a.get(k) == v and links_b.get(k) == v for k, v in want.items())
 
-            await until(both_linked)
-            # neither replica takes the other's link for a stale one: no flap, no drop
+            await until(both_linked, seconds=30)
+            # neither replica takes the host's other link for a stale one: no flap, no drop
             await _renewed(6)
             assert await both_linked()
-            auth = {"Authorization": f"Bearer {cluster.api_key}"}
             created = await http.post(
                 f"{b.url}/v1/android_instances",
                 params={"wait": "true"},
-                json={"spec": {}},
+                json={"spec": {"tunnel": "corp"}},
                 headers=auth,
             )
             assert created.status_code in (200, 201), created.text
             instance = created.json()
             iid, token = instance["metadata"]["id"], instance["status"]["token"]
             assert instance["status"]["state"] == "ready", instance
-            device = f"{b.url}/v1/instances/{iid}/api/screenshot"
+            device = f"{b.url}/v1/instances/{iid}/api"
             device_auth = {"Authorization": f"Bearer {token}"}
-            assert (await http.get(device, headers=device_auth)).status_code == 200
+            fetch = {"command": f"curl -sS -m 5 http://{private}/"}
 
-            a.stop()  # the replica of the host's first link goes away
-            with trio.fail_after(5):  # at once: the link to b never dropped
-                shot = await http.get(device, headers=device_auth)
-            assert shot.status_code == 200, shot.text
-            # b takes the lease over from the replica that left (no wait for its expiry) ...
-            leases = b.bound.hosts.hosts() if b.bound and b.bound.hosts else []
-            assert [h.id for h in leases], "b still schedules on the host"
-            holder_of = leases[0].id
-            await until(_check_async(lambda: _holder(cluster.url, holder_of), "rb"))
+            async def fetched() -> dict[str, Any]:
+                answer = await http.post(f"{device}/shell", json=fetch, headers=device_auth)
+                assert answer.status_code == 200, answer.text
+                result: dict[str, Any] = answer.json()
+                return result
+
+            assert (await fetched())["stdout"] == PRIVATE_BODY.decode()
+            registrations = len([line for line in connector.lines if "registered as" in line])
+
+            a.stop()  # the replica of the first links goes away
+            with trio.fail_after(10):  # at once: the links to b never dropped
+                shot = await http.get(f"{device}/screenshot", headers=device_auth)
+                assert shot.status_code == 200, shot.text
+                assert (await fetched())["stdout"] == PRIVATE_BODY.decode()
+            again = [line for line in connector.lines if "registered as" in line]
+            assert len(again) == registrations, "the connector served without a new link"
+            # b takes the host's lease over from the replica that left ...
+            host_id = instance["status"].get("hostId") or _host_of(b)
+            await until(_check_async(lambda: _holder(cluster.url, host_id), "rb"))
             # ... and keeps it well past the host grace: the host is never lost
             await _renewed(int(2 * HOST_GRACE / 0.5))
             got = await http.get(f"{b.url}/v1/android_instances/{iid}", headers=auth)
             assert got.json()["status"]["state"] == "ready", got.text
-            assert (await b.links(http)).get("host") == 1
 
-            await a.start()  # it comes back: the host links to it again (rebalance)
-            await until(both_linked, seconds=20)
-            assert (await http.get(device, headers=device_auth)).status_code == 200
+            await a.start()  # it comes back: the host and the connector link to it again
+            await until(both_linked, seconds=30)
 
             shutdown.set()
             host_nursery.cancel_scope.deadline = trio.current_time() + 15
+        connector.process.send_signal(signal.SIGTERM)
+        with trio.fail_after(40):
+            assert await connector.exit_code() == 0, connector.text()
+        nursery.cancel_scope.cancel()
+
+
+def _host_of(replica: Replica) -> str:
+    assert replica.bound is not None and replica.bound.hosts is not None
+    (host,) = replica.bound.hosts.hosts()
+    return host.id
 
 
 def _check_async(value: Any, expected: object) -> Any:
