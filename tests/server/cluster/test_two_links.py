@@ -87,6 +87,7 @@ def _config(url: str, data_dir: Path, replica_id: str) -> ServerConfig:
         listen=ListenAddress("127.0.0.1", port),
         database_url=url,
         replica_id=replica_id,
+        shutdown_grace=1,
         cluster=ClusterConfig(
             enabled=True,
             heartbeat_s=0.5,
