@@ -57,12 +57,14 @@ from ..core.link import (
     PROTO,
     LinkLost,
     LinkRefused,
+    find_in_group,
     hand_over,
     race,
     raise_for_error,
     run_link,
     wait_streams_done,
 )
+from ..core.replica_links import LinkSlots
 from ..core.selectors import SelectorError, SelectorHistory, parse_dest, parse_selectors
 from ..core.tls import client_context
 from ..core.transports import link_url
@@ -118,7 +120,8 @@ class _Link:
     """The connector's registered body, one per session: control, streams, drain.
 
     ``role`` ("active" or "standby") is the control state a ``tunnel-dial`` is checked
-    against; the metrics report it.
+    against; the metrics report the best role of the connector's links (two links to two
+    replicas: one `_Link` per slot of *slots*, sharing the selectors and the metrics).
     """
 
     def __init__(
@@ -127,26 +130,36 @@ class _Link:
         metrics: Metrics,
         selectors: SelectorHistory,
         shutdown: trio.Event,
+        *,
+        slots: LinkSlots | None = None,
+        slot: int = 0,
     ) -> None:
         self.config = config
         self.metrics = metrics
         self.selectors = selectors
         self.shutdown = shutdown
+        self.slots = slots
+        self.slot = slot
+        self.siblings: list[_Link] = [self]  # every slot's link, this one included
         self.role = ""
+        self._active = 0  # streams in flight on this link
         self._idle = trio.Event()
         self._idle.set()
 
     def _set_role(self, role: str) -> None:
         self.role = role
-        self.metrics.role = role
+        roles = {link.role for link in self.siblings}
+        self.metrics.role = next((r for r in ("active", "standby") if r in roles), "")
 
     def label(self) -> str:
-        return f"tunnel={self.metrics.tunnel or '?'} connector={self.config.connector_id} "
+        slot = f" link={self.slot}" if self.slot else ""
+        return f"tunnel={self.metrics.tunnel or '?'} connector={self.config.connector_id}{slot} "
 
     def _say(self, text: str, *args: object, level: int = logging.INFO) -> None:
         log.log(level, "%s" + text, self.label(), *args)
 
     def hello(self) -> dict[str, Any]:
+        links = 1 if self.slots is None else self.slots.links_wanted()
         return {
             "type": "hello",
             "proto": PROTO,
@@ -156,6 +169,8 @@ class _Link:
             "os": sys.platform,
             "hostname": self.config.hostname,
             "replace": self.config.replace,
+            # two links to two replicas (docs/protocol.md 7): one connector, not two
+            **({"links": links} if links > 1 else {}),
         }
 
     async def __call__(
@@ -266,7 +281,12 @@ class _Link:
                 raise_for_error(message)
             elif kind == "shutdown":
                 self._say("the server is shutting down (%s)", message.get("reason"))
+            elif kind == "replicas":
+                if self.slots is not None:
+                    self.slots.learn(message)
             elif kind == "drain":
+                if self.slots is not None:
+                    self.slots.moving(self.slot)
                 arrived = hand_over()
                 if arrived is not None:
                     self._say("the server drains: linking again, then this link closes")
@@ -282,7 +302,8 @@ class _Link:
 
     async def _serve_stream(self, stream: trio.abc.Stream) -> None:
         self.metrics.active_streams += 1
-        self._idle = trio.Event() if self.metrics.active_streams == 1 else self._idle
+        self._active += 1
+        self._idle = trio.Event() if self._active == 1 else self._idle
         try:
             await self._dial(stream)
         except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError):
@@ -292,7 +313,8 @@ class _Link:
         finally:
             await trio.aclose_forcefully(stream)
             self.metrics.active_streams -= 1
-            if self.metrics.active_streams == 0:
+            self._active -= 1
+            if self._active == 0:
                 self._idle.set()
 
     async def _refuse(self, stream: trio.abc.Stream, code: str, message: str) -> None:
@@ -368,22 +390,38 @@ async def serve_connector(
     """Hold the tunnel until *shutdown* is set (then drain and return) or a permanent end
     (raises `PermanentError`)."""
     metrics = Metrics() if metrics is None else metrics
-    link = _Link(config, metrics, SelectorHistory(), shutdown)
+    # two links to two replicas when the server names several (core/replica_links.py)
+    slots = LinkSlots(config.link_url, CONNECTOR_CONNECTIONS_PATH)
+    selectors = SelectorHistory()
+    links = [
+        _Link(config, metrics, selectors, shutdown, slots=slots, slot=i) for i in range(slots.slots)
+    ]
+    for link in links:
+        link.siblings = links
+    tls = client_context(config.ca_file)
 
     def lost(_exc: BaseException) -> None:
         metrics.reconnects += 1
 
     try:
-        await run_link(
-            config.link_url,
-            config.token,
-            link.hello,
-            link,
-            backoff=Backoff(base=config.backoff_base),
-            shutdown=shutdown,
-            label=link.label,
-            on_lost=lost,
-            ssl_context=client_context(config.ca_file),
-        )
-    except LinkRefused as refused:
+        async with trio.open_nursery() as nursery:
+            for link in links:
+                nursery.start_soon(
+                    partial(
+                        run_link,
+                        slots.target(link.slot, shutdown),
+                        config.token,
+                        link.hello,
+                        slots.serve(link.slot, link),
+                        backoff=Backoff(base=config.backoff_base),
+                        shutdown=shutdown,
+                        label=link.label,
+                        on_lost=lost,
+                        ssl_context=tls,
+                    )
+                )
+    except BaseExceptionGroup as group:
+        refused = find_in_group(group, LinkRefused)
+        if refused is None:
+            raise
         raise _as_permanent(refused) from None

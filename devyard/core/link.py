@@ -58,6 +58,7 @@ __all__ = [
     "PROTO",
     "LinkLost",
     "LinkRefused",
+    "LinkTarget",
     "ServeRegistered",
     "find_in_group",
     "hand_over",
@@ -259,8 +260,14 @@ async def _attempt(
         raise LinkLost("the session ended")
 
 
+#: Where each attempt dials: a fixed URL, or a callable awaited before each attempt (it may
+#: wait; None means stop). Two links to different replicas use the callable
+#: (`core.replica_links`, docs/scale-out.md "Two links").
+LinkTarget = str | Callable[[], Awaitable[str | None]]
+
+
 async def run_link(
-    url: str,
+    url: LinkTarget,
     token: str,
     hello: Callable[[], Mapping[str, Any]],
     serve_registered: ServeRegistered,
@@ -281,10 +288,9 @@ async def run_link(
     attempts = _Attempts(
         partial(
             _attempt,
-            url,
-            headers,
-            hello,
-            serve_registered,
+            headers=headers,
+            hello=hello,
+            serve_registered=serve_registered,
             backoff=backoff,
             shutdown=shutdown,
             ssl_context=ssl_context,
@@ -295,9 +301,12 @@ async def run_link(
     async with trio.open_nursery() as moving:  # links that moved, finishing their streams
         while not shutdown.is_set():
             retry_now = False
-            log.debug("%sdialling %s", label(), url)
+            dial = url if isinstance(url, str) else await url()
+            if dial is None:
+                break
+            log.debug("%sdialling %s", label(), dial)
             try:
-                if await moving.start(attempts.run):
+                if await moving.start(attempts.run, dial):
                     log.info("%sthe server asked this link to move: dialling again", label())
                     continue
             except Exception as exc:
@@ -310,7 +319,7 @@ async def run_link(
                 retry_now = lost is not None
                 unexpected = any(not isinstance(e, _EXPECTED) for e in leaves(exc))
                 log.warning(
-                    "%slink to %s lost: %s", label(), url, describe(exc), exc_info=unexpected
+                    "%slink to %s lost: %s", label(), dial, describe(exc), exc_info=unexpected
                 )
                 if on_lost is not None:
                     on_lost(exc)
@@ -338,7 +347,7 @@ class _Attempts:
         self._arrived.set()
         self._arrived = trio.Event()
 
-    async def run(self, *, task_status: trio.TaskStatus[bool]) -> None:
+    async def run(self, url: str, *, task_status: trio.TaskStatus[bool]) -> None:
         """One attempt; reports False when it ends, or True early when its body hands over
         (what it raises after that is only logged: that link is done)."""
         moved = False
@@ -352,7 +361,7 @@ class _Attempts:
 
         _HAND_OVER.set(move)
         try:
-            await self._attempt(on_registered=self.registered)
+            await self._attempt(url, on_registered=self.registered)
         except Exception as exc:
             if not moved:
                 raise

@@ -42,6 +42,7 @@ from ..core.link import (
     run_link,
     wait_streams_done,
 )
+from ..core.replica_links import LinkSlots
 from ..core.tls import client_context
 from ..core.transports import link_url
 from ..core.versions import VERSION_UNSUPPORTED
@@ -142,11 +143,18 @@ class HostdConfig:
 
 
 class _EgressOverLink:
-    """The supervisor's `EgressDialer`: ``egress`` streams over the link's current session
-    (docs/protocol.md 6); `LinkDown` while there is none or it breaks."""
+    """The supervisor's `EgressDialer`: ``egress`` streams over the newest of the links'
+    sessions (docs/protocol.md 6; two links: either replica serves them); `LinkDown` while
+    there is none or it breaks. ``events`` lets one link at a time send the supervisor's
+    instance events (the outbox has one reader)."""
 
     def __init__(self) -> None:
-        self.session: Session | None = None
+        self.sessions: list[Session] = []
+        self.events = trio.Lock()
+
+    @property
+    def session(self) -> Session | None:
+        return self.sessions[-1] if self.sessions else None
 
     async def __call__(self, instance_id: str, fields: dict[str, Any]) -> trio.abc.Stream:
         session = self.session
@@ -208,16 +216,24 @@ async def serve_hostd(
                     serve_metrics, supervisor, config.capacity, *config.metrics_listen
                 )
             task_status.started(supervisor)
+            # two links to two replicas when the server names several (core/replica_links.py)
+            slots = LinkSlots(config.link_url, HOST_PATH)
             try:
-                await run_link(
-                    config.link_url,
-                    config.token,
-                    partial(_hello, config, supervisor),
-                    _Registered(config, supervisor, egress, shutdown),
-                    backoff=Backoff(base=config.backoff_base),
-                    shutdown=shutdown,
-                    ssl_context=tls,
-                )
+                async with trio.open_nursery() as links:
+                    for slot in range(slots.slots):
+                        registered = _Registered(config, supervisor, egress, shutdown, slots, slot)
+                        links.start_soon(
+                            partial(
+                                run_link,
+                                slots.target(slot, shutdown),
+                                config.token,
+                                partial(_hello, config, supervisor, slots),
+                                slots.serve(slot, registered),
+                                backoff=Backoff(base=config.backoff_base),
+                                shutdown=shutdown,
+                                ssl_context=tls,
+                            )
+                        )
             finally:
                 supervisor.stop_all()
                 # the link is over: waiting for the events to be sent would wait the whole
@@ -233,7 +249,8 @@ async def serve_hostd(
         raise _explain(refused) from refused
 
 
-def _hello(config: HostdConfig, supervisor: Supervisor) -> dict[str, Any]:
+def _hello(config: HostdConfig, supervisor: Supervisor, slots: LinkSlots) -> dict[str, Any]:
+    links = slots.links_wanted()
     return {
         "type": "hello",
         "proto": PROTO,
@@ -247,7 +264,11 @@ def _hello(config: HostdConfig, supervisor: Supervisor) -> dict[str, Any]:
         "platforms": config.platforms,
         "drivers": list(config.drivers),
         # What runs here now (empty after a restart): the server ends the rest (section 7).
-        "instances": supervisor.running(),
+        # Not while another link is up (two links): that link's registration reconciled, and
+        # an order it took after this hello was built must not be ended by this one's.
+        **({} if slots.linked() else {"instances": supervisor.running()}),
+        # two links to two replicas (docs/protocol.md 7): neither is the other's stale copy
+        **({"links": links} if links > 1 else {}),
     }
 
 
@@ -259,29 +280,28 @@ class _Registered:
     supervisor: Supervisor
     egress: _EgressOverLink
     shutdown: trio.Event
+    slots: LinkSlots
+    slot: int
 
     async def __call__(
         self, session: Session, control: ControlChannel, registered: dict[str, Any]
     ) -> None:
-        log.info("registered with %s as %s", self.config.link_url, registered.get("host_id"))
-        await _serve_registered(self.supervisor, self.egress, self.shutdown, session, control)
+        replica = registered.get("replica")
+        where = f"replica {replica} (link {self.slot})" if replica else self.config.link_url
+        log.info("registered with %s as %s", where, registered.get("host_id"))
+        await _serve_registered(self, session, control)
 
 
-async def _serve_registered(
-    supervisor: Supervisor,
-    egress: _EgressOverLink,
-    shutdown: trio.Event,
-    session: Session,
-    control: ControlChannel,
-) -> None:
-    egress.session = session
+async def _serve_registered(link: _Registered, session: Session, control: ControlChannel) -> None:
+    supervisor, egress, shutdown = link.supervisor, link.egress, link.shutdown
+    egress.sessions.append(session)
     moved: list[trio.Event] = []  # the server drains: the next link's registration
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(serve_streams, session, supervisor.endpoint)
             events = trio.CancelScope()
-            nursery.start_soon(_in_scope, events, partial(_send_events, control, supervisor))
-            await race(partial(_receive_orders, control, supervisor, moved), shutdown.wait)
+            nursery.start_soon(_in_scope, events, partial(_send_events, control, link))
+            await race(partial(_receive_orders, control, link, moved), shutdown.wait)
             if moved and not shutdown.is_set():  # make before break (docs/protocol.md 7)
                 events.cancel()  # the next link reports the events
                 with trio.move_on_after(MOVE_OVERLAP):
@@ -300,8 +320,7 @@ async def _serve_registered(
                     await supervisor.wait_idle()
             nursery.cancel_scope.cancel()
     finally:
-        if egress.session is session:  # not the next link's
-            egress.session = None
+        egress.sessions.remove(session)
 
 
 async def _in_scope(scope: trio.CancelScope, task: Callable[[], Awaitable[object]]) -> None:
@@ -310,10 +329,12 @@ async def _in_scope(scope: trio.CancelScope, task: Callable[[], Awaitable[object
 
 
 async def _receive_orders(
-    control: ControlChannel, supervisor: Supervisor, moved: list[trio.Event]
+    control: ControlChannel, link: _Registered, moved: list[trio.Event]
 ) -> None:
     """Orders until the control stream ends (`LinkLost`), or until the server drains: then
-    the next link is dialled (`hand_over`) and this returns."""
+    the next link is dialled (`hand_over`) and this returns. ``replicas``: the replica set
+    changed (two links)."""
+    supervisor = link.supervisor
     while True:
         try:
             message = await control.receive()
@@ -328,7 +349,10 @@ async def _receive_orders(
             raise_for_error(message)
         elif kind == "shutdown":
             log.info("the edge is shutting down (%s)", message.get("reason"))
+        elif kind == "replicas":
+            link.slots.learn(message)
         elif kind == "drain":
+            link.slots.moving(link.slot)
             arrived = hand_over()
             if arrived is not None:
                 log.info("the server drains: linking again; this link ends with its streams")
@@ -338,13 +362,18 @@ async def _receive_orders(
             log.warning("unknown control message %r", kind)
 
 
-async def _send_events(control: ControlChannel, supervisor: Supervisor) -> None:
-    while True:
-        await supervisor.wait_outbox()
-        message = supervisor.outbox_peek()
-        if message is not None:
-            await control.send(message)
-            supervisor.outbox_pop()
+async def _send_events(control: ControlChannel, link: _Registered) -> None:
+    """The supervisor's events, on this link while it is the one that holds the outbox (with
+    two links, the other takes over when this one ends; an event sent but not yet popped
+    then goes again: the server takes a repeated event as the same state)."""
+    supervisor = link.supervisor
+    async with link.egress.events:
+        while True:
+            await supervisor.wait_outbox()
+            message = supervisor.outbox_peek()
+            if message is not None:
+                await control.send(message)
+                supervisor.outbox_pop()
 
 
 async def run_hostd(config: HostdConfig, *, err: TextIO) -> int:

@@ -43,9 +43,11 @@ from ..hosts import HostEvent, HostInfo, HostLost, HostUnavailableError, Instanc
 from ..store.cluster import HostLease
 from ..store.errors import StoreError
 from ..store.sql_cluster import SqlCluster
+from ..store.sql_replicas import SqlReplicaSet
 from ..tunnels import ConnectorInfo
 from . import metrics
 from .bus import Bus, Event, PayloadTooLarge, Topic
+from .replicas import ReplicaSet
 from .settings import ClusterConfig
 
 log = logging.getLogger(__name__)
@@ -77,9 +79,12 @@ class ClusterHosts:
         peer_url: str,
         config: ClusterConfig,
         grace: float,
+        replica_store: SqlReplicaSet | None = None,
     ) -> None:
         """*events*: where this replica's `HostLost`s go (the instances service's channel);
-        *grace*: a host lease's lifetime after its last renewal."""
+        *grace*: a host lease's lifetime after its last renewal; *replica_store*: the
+        replica set and the leases of hosts with two links (docs/scale-out.md "Two links";
+        without it a host's second link is taken for a stale one and dropped)."""
         self._cluster = cluster
         self._bus = bus
         self._edge = edge
@@ -100,6 +105,10 @@ class ClusterHosts:
         self.hub: ConnectorHub | None = None  # whose active connectors are registered
         # the instances service's handler of other replicas' instance changes (serve.py)
         self.on_instance_changed: Callable[[str, str], Awaitable[None]] | None = None
+        self._replica_store = replica_store
+        self.replicas: ReplicaSet | None = None
+        if replica_store is not None:
+            self.replicas = ReplicaSet(replica_store, replica_id, config.advertise_url)
 
     def __repr__(self) -> str:
         return f"ClusterHosts({self.replica_id}, hosts={sorted(self._cache)})"
@@ -167,7 +176,12 @@ class ClusterHosts:
     # ---- the edge's LinkLeases -------------------------------------------------------------
 
     async def host_linked(self, info: HostInfo) -> None:
-        """The host's link registered here: take its lease and registry row."""
+        """The host's link registered here: take its lease and registry row; a host that
+        holds two links and whose lease another live replica holds only renews it there (the
+        holder does not flap between its two replicas)."""
+        if await self._co_renewed([info.id]):
+            await self.refresh()
+            return
         lease = _lease(info, self.replica_id)
         previous = await self._cluster.claim_host(
             self.replica_id,
@@ -179,6 +193,24 @@ class ClusterHosts:
             metrics.LEASE_TAKEOVERS.inc()
             log.info("host %s: lease taken over from replica %s", info.id, previous)
         await self.refresh()
+
+    async def _co_renewed(self, host_ids: Iterable[str]) -> list[str]:
+        """Of *host_ids* (linked here), those with two links whose lease another live
+        replica holds: renewed without taking it."""
+        several = [h for h in host_ids if self._edge.links_held(h) > 1]
+        if self._replica_store is None or not several:
+            await trio.lowlevel.checkpoint()
+            return []
+        return await self._replica_store.co_renew_hosts(self.replica_id, several, self.grace)
+
+    async def _reclaim(self, host_id: str) -> None:
+        """Another replica let *host_id* go: if it is linked here too (two links), take its
+        lease now rather than at the next heartbeat."""
+        linked = {h.id: h for h in self._edge.hosts()}
+        if host_id in linked and self._edge.links_held(host_id) > 1:
+            await _contained(lambda: self.host_linked(linked[host_id]), f"reclaiming {host_id}")
+        else:
+            await trio.lowlevel.checkpoint()
 
     async def host_unlinked(self, host_id: str) -> None:
         """The host's link ended here: release its registry row; the lease runs out unless
@@ -292,10 +324,12 @@ class ClusterHosts:
             self._connectors_changed.set()
         linked = {h.id: h for h in self._edge.hosts()}
         held = set(await self._cluster.renew_hosts(self.replica_id, sorted(linked), self.grace))
+        held |= set(await self._co_renewed(sorted(set(linked) - held)))
         metrics.LEASE_RENEWALS.labels("host").inc(len(held))
         for host_id in sorted(set(linked) - held):
             holder = await self._holder_of(host_id)
-            if holder is not None and holder != self.replica_id:
+            several = self._edge.links_held(host_id) > 1
+            if holder is not None and holder != self.replica_id and not several:
                 log.info("host %s: linked again on replica %s; dropping this link", host_id, holder)
                 self._edge.drop(host_id)
             else:  # our lease ran out (the database was away) while the link lived: take it
@@ -305,6 +339,8 @@ class ClusterHosts:
         for replica in dead:
             log.warning("replica %s: lease expired; its links are released", replica)
         await self.reap()
+        if self.replicas is not None:
+            await self.replicas.refresh()
 
     async def reap(self) -> list[str]:
         """Expire the host leases that ran out; publish `HostLost` for those this replica won."""
@@ -331,7 +367,12 @@ class ClusterHosts:
         await self._cluster.register_replica(
             self.replica_id, self.peer_url, self._config.replica_ttl_s
         )
+        self._edge.replica_set = self.replicas
+        if self.hub is not None:
+            self.hub.replica_set = self.replicas
         try:
+            if self.replicas is not None:
+                await self.replicas.refresh()
             await self.expect(expected)
             await self.refresh()
             async with (
@@ -372,6 +413,12 @@ class ClusterHosts:
             if event.topic in (Topic.HOST, Topic.CONNECTOR):
                 if event.sender != self.replica_id or event.topic == Topic.CONNECTOR:
                     self._dirty.set()
+                if (
+                    event.topic == Topic.HOST
+                    and event.sender != self.replica_id
+                    and fields.get("change") == "detached"
+                ):
+                    nursery.start_soon(self._reclaim, str(fields.get("host_id")))
             elif event.topic == Topic.ORDER and fields.get("to") == self.replica_id:
                 await self._order_slots.acquire()
                 nursery.start_soon(self._serve_order, event)

@@ -23,6 +23,7 @@ from ..hosts import HostEvent, HostRegistry
 from ..store import Store
 from ..store.postgres import open_postgres_database
 from ..store.sql_cluster import SqlCluster
+from ..store.sql_replicas import SqlReplicaSet
 from ..tunnels import TunnelConnections
 from .bus import channel_name, open_bus
 from .hosts import ClusterHosts
@@ -93,6 +94,7 @@ async def run_cluster(  # noqa: PLR0917 - nursery.start passes arguments by posi
                 peer_url=config.cluster.peer_url,
                 config=config.cluster,
                 grace=grace,
+                replica_store=SqlReplicaSet(db),
             )
             edge.leases = hosts
             hosts.hub = connectors

@@ -20,6 +20,9 @@ class ClusterConfig:
     enabled: bool = False
     # where other replicas reach this replica's link endpoint ("" = nowhere: no forwarding to it)
     peer_url: str = ""
+    # where hosts and connectors dial this replica directly for their second link ("" = they
+    # hold one link; docs/scale-out.md, "Two links")
+    advertise_url: str = ""
     heartbeat_s: float = 5.0  # lease renewals and the reaper's pass
     replica_ttl_s: float = 15.0  # a replica is gone this long after its last renewal
     refresh_s: float = 10.0  # the host cache rereads the tables at least this often
@@ -55,6 +58,7 @@ def _text(value: object) -> str:
 PARSERS: Final[Mapping[str, Callable[[object], Any]]] = {
     "enabled": _bool,
     "peer_url": _text,
+    "advertise_url": _text,
     "heartbeat_s": _seconds,
     "replica_ttl_s": _seconds,
     "refresh_s": _seconds,

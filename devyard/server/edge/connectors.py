@@ -67,6 +67,7 @@ from ..tunnels import (
 )
 from ._route import LinkRequest, Refusal, refuse_hello, serve_asgi_link, serve_upgraded_link
 from .asgi_stream import Receive, Send
+from .replica_set import ReplicaSetView, send_replica_updates  # two links (c23links)
 
 log = logging.getLogger(__name__)
 
@@ -172,6 +173,8 @@ class ConnectorHub:
         # called when the set of tunnels with an active connector here changes (the
         # cluster's registry of who holds what, docs/scale-out.md)
         self.on_active_changed: Callable[[], None] | None = None
+        # ---- two links (c23links, docs/scale-out.md): the replica set sent to connectors
+        self.replica_set: ReplicaSetView | None = None  # set by the cluster
 
     def __repr__(self) -> str:
         return f"ConnectorHub(tunnels={len(self._tunnels)})"
@@ -381,11 +384,14 @@ class ConnectorHub:
                     "ephemeral": tunnel.ephemeral,
                     "selectors": _selectors(entry.tunnel),
                     "token_expires_at": entry.tunnel.token_expires_at.isoformat(),
+                    # two links (c23links): the replica set, when the cluster advertises one
+                    **({} if self.replica_set is None else self.replica_set.message()),
                 }
             )
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._receive_loop, entry, connector, nursery.cancel_scope)
                 nursery.start_soon(self._expiry_watch, entry, connector)
+                nursery.start_soon(send_replica_updates, self.replica_set, control)  # two links
 
                 async def _ended() -> None:
                     await session.wait_ended()

@@ -59,11 +59,17 @@ from ..tunnels import TunnelConnections
 from ._route import LinkRequest, Refusal, refuse_hello, serve_asgi_link, serve_upgraded_link
 from .asgi_stream import Receive, Send
 from .egress import serve_egress
+from .replica_set import ReplicaSetView, send_replica_updates
 from .tokens import HostTokens
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_HOST_GRACE", "Edge", "LinkLeases", "open_edge"]
+__all__ = [
+    "DEFAULT_HOST_GRACE",
+    "Edge",
+    "LinkLeases",
+    "open_edge",
+]
 
 DEFAULT_HOST_GRACE: Final = 30.0
 _OPEN_TIMEOUT: Final = 10.0
@@ -106,6 +112,7 @@ class _Link:
     info: HostInfo
     running: set[str]
     closed: trio.Event = attrs.field(factory=trio.Event)
+    links: int = 1  # links the host holds to different replicas (hello ``links``)
 
 
 class Edge:
@@ -135,6 +142,7 @@ class Edge:
         self.forwarder: StreamForwarder | None = None  # set by serve.py (docs/replicas.md)
         self.leases: LinkLeases | None = None  # set by the cluster (docs/scale-out.md)
         self.build_cache: Any = None  # set by serve.py (build_cache/service.py)
+        self.replica_set: ReplicaSetView | None = None  # set by the cluster (two links)
 
     def __repr__(self) -> str:
         return f"Edge(hosts={sorted(self._links)})"
@@ -143,6 +151,12 @@ class Edge:
 
     def hosts(self) -> list[HostInfo]:
         return [attrs.evolve(link.info, running=len(link.running)) for link in self._links.values()]
+
+    def links_held(self, host_id: str) -> int:
+        """How many links to different replicas the host linked here says it holds (hello
+        ``links``; 1 for an older host, 0 when it is not linked here)."""
+        link = self._links.get(host_id)
+        return 0 if link is None else link.links
 
     def drop(self, host_id: str) -> None:
         """Closes *host_id*'s link (its token was revoked); its instances get the grace."""
@@ -250,12 +264,16 @@ class Edge:
             control=control,
             info=info,
             running=set(reported or ()),
+            links=_links_held(hello),
         )
         try:
             # `registered` goes out before the link is published: once it is in `_links` a
             # create may send `instance_start` on this control stream, and the host must read
             # `registered` first (a create racing the registration reached the host first).
-            await control.send({"type": "registered", "host_id": host_id, **SERVER_VERSION})
+            replicas = {} if self.replica_set is None else self.replica_set.message()
+            await control.send(
+                {"type": "registered", "host_id": host_id, **SERVER_VERSION, **replicas}
+            )
             self._links[host_id] = link
             # after publishing: the replaced link's cleanup may have started a grace meanwhile
             scope = self._grace_scopes.pop(host_id, None)
@@ -272,6 +290,7 @@ class Edge:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._receive_loop, link, nursery.cancel_scope)
                 nursery.start_soon(self._accept_streams, link)
+                nursery.start_soon(send_replica_updates, self.replica_set, control)
 
                 async def _replaced() -> None:
                     await link.closed.wait()
@@ -383,6 +402,11 @@ class Edge:
                 await self._events.send(HostLost(host_id))
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 log.warning("host %s lost, but nobody consumes host events any more", host_id)
+
+
+def _links_held(hello: dict[str, Any]) -> int:
+    links = hello.get("links", 1)
+    return links if isinstance(links, int) and 1 <= links <= 4 else 1
 
 
 def _host_info(host_id: str, hello: dict[str, Any]) -> HostInfo:

@@ -25,6 +25,7 @@ import attrs
 
 from .database import Dialect
 from .schema_cluster import CLUSTER_STATEMENTS
+from .schema_replicas import REPLICA_SET_STATEMENTS
 
 __all__ = ["MIGRATIONS", "Migration"]
 
@@ -491,5 +492,10 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
         16,
         "instances: who created each (metadata.createdBy; the console's instance tables)",
         ("ALTER TABLE instances ADD COLUMN created_by TEXT",),
+    ),
+    Migration(
+        17,
+        "cluster: each replica's advertised link address, for hosts' second links (c23links)",
+        REPLICA_SET_STATEMENTS,
     ),
 )
