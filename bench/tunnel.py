@@ -74,7 +74,9 @@ class Settings:
     rounds: int
     open_workers: int
     failovers: int
-    link: str = "raw"  # how hostd and the connectors link: "raw" (the link port) or "ws"
+    # how hostd and the connectors link: "raw" (the link port), "ws" (the API port's WebSocket
+    # routes, Hypercorn's wsproto) or "ws-port" (a WebSocket to the link port: the core's framing)
+    link: str = "raw"
 
 
 @dataclass
@@ -107,10 +109,10 @@ class Rig:
     """The processes of the tunnel path and the API calls that wire them."""
 
     def __init__(
-        self, stack: AsyncExitStack, logdir: Path, workdir: Path, *, raw: bool = True
+        self, stack: AsyncExitStack, logdir: Path, workdir: Path, *, link: str = "raw"
     ) -> None:
         self.stack = stack
-        self.raw = raw
+        self.link = link
         self.link_args: list[str] = []
         self.logdir = logdir
         self.workdir = workdir
@@ -134,7 +136,10 @@ class Rig:
         )
         server = await _ready(server_child)
         self.url = server["url"]
-        self.link_args = [server["link"]] if self.raw else []
+        if self.link == "raw":
+            self.link_args = [server["link"]]
+        elif self.link == "ws-port":
+            self.link_args = [str(server["link"]).replace("tcp://", "ws://", 1)]
         host_child = await self.stack.enter_async_context(
             spawn(
                 "host",
@@ -375,7 +380,7 @@ async def run(settings: Settings) -> Run:
                 entries["ssh_L"] = (ssh, None)
             except SshUnavailable as exc:
                 out.skipped["ssh_L"] = str(exc)
-            rig = Rig(stack, logdir, workdir, raw=settings.link == "raw")
+            rig = Rig(stack, logdir, workdir, link=settings.link)
             print("# starting server, hostd, two connectors, the instance", file=sys.stderr)
             proxy = await rig.start(sink)
             via = f"{rig.proxy_credentials}@{via}"  # the tunnel's proxy wants its credentials
@@ -508,9 +513,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--failovers", type=int, help="kill -9 samples (default 5, quick 3)")
     parser.add_argument(
         "--link",
-        choices=("raw", "ws"),
+        choices=("raw", "ws", "ws-port"),
         default="raw",
-        help="how hostd and the connectors link: the raw link port (default) or WebSockets",
+        help="how hostd and the connectors link: the raw link port (default), WebSockets on"
+        " the API port (ws) or WebSockets on the link port (ws-port)",
     )
     args = parser.parse_args(argv)
     settings = Settings(

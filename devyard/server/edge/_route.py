@@ -29,6 +29,7 @@ from ...core.versions import VERSION_UNSUPPORTED, peer_refusal
 from .. import metrics
 from .asgi import bearer_from, error_headers, reject_websocket
 from .asgi_stream import ASGIWebSocketStream, Receive, Send
+from .rawlinks import accept_either
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +166,7 @@ class _UpgradeTransport:
         await self._upgrade.reject(refusal.status, body, headers)
 
     async def accept(self) -> trio.abc.Stream:
-        return await self._upgrade.accept()
+        return await accept_either(self._upgrade)
 
 
 async def serve_asgi_link(
@@ -183,7 +184,8 @@ async def serve_asgi_link(
 
 
 async def serve_upgraded_link(route: LinkRoute[_T], upgrade: UpgradeRequest) -> None:
-    """A link route on the raw link port (an HTTP/1.1 upgrade to devyard-mux)."""
+    """A link route on the raw link port (an HTTP/1.1 upgrade to devyard-mux, or a WebSocket
+    framed by the core)."""
     headers = tuple(upgrade.headers)
     request = LinkRequest(upgrade.path, headers, bearer_from(headers))
     await serve_link(route, request, _UpgradeTransport(upgrade))

@@ -72,6 +72,7 @@ from .cdp import CDP_ENDPOINT, is_discovery, serve_discovery
 from .links import Edge
 from .ports import PORTS, PortProxy
 from .ports import PortRefused as _Refused  # one HTTP refusal for the edge's routes
+from .rawlinks import accept_either
 from .sdk_sockets import REVERSE_TUNNEL, SDK_SOCKETS, refuse_reverse_tunnel
 from .tracing import device_request
 
@@ -365,7 +366,7 @@ class InstanceGateway:
             return
         with self._counted(access.instance_id):
             try:
-                client = await upgrade.accept()
+                client = await accept_either(upgrade)
             except BaseException:
                 await trio.aclose_forcefully(stream)
                 raise

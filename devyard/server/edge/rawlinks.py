@@ -7,6 +7,11 @@ same route objects serve both: each upgrade request goes to the route's raw entr
 (`Edge.serve_upgrade`, `ConnectorHub.serve_upgrade`, `InstanceGateway.serve_upgrade`), which
 shares authentication, refusals (status and JSON body) and the link's life with the
 WebSocket entry point (`devyard.server.edge._route`).
+
+The port also takes WebSocket upgrades to the same routes (`accept_either`), framed by the
+core's own WebSocket code (`devyard.core.wsframe`) rather than Hypercorn's wsproto: a
+deployment whose load balancer passes only HTTP and WebSockets points the links' WebSocket
+routes at this port and gets the cheaper framing (``ws://`` / ``wss://`` link URLs).
 """
 
 from __future__ import annotations
@@ -19,11 +24,18 @@ from typing import Any, Final
 import trio
 
 from ...core import UpgradeRequest, accept_upgrade
+from ...core.wsframe import accept_websocket, is_websocket_upgrade
 from .asgi import error_body
 
 log = logging.getLogger(__name__)
 
-__all__ = ["HANDSHAKE_TIMEOUT", "RawRoute", "open_raw_listeners", "serve_raw_links"]
+__all__ = [
+    "HANDSHAKE_TIMEOUT",
+    "RawRoute",
+    "accept_either",
+    "open_raw_listeners",
+    "serve_raw_links",
+]
 
 #: A route on the raw link port: it answers the upgrade (`accept` or `reject`) and serves it.
 RawRoute = Callable[[UpgradeRequest], Awaitable[None]]
@@ -58,8 +70,9 @@ async def _handle(stream: trio.abc.Stream, routes: Mapping[str, RawRoute]) -> No
         await trio.aclose_forcefully(stream)
         return
     app = _route(routes, request.path)
-    if request.method != "GET" or not request.wants_upgrade:
-        await _refuse(request, 426, "this port takes devyard-mux/1 upgrades only", "bad-request")
+    if request.method != "GET" or not (request.wants_upgrade or is_websocket_upgrade(request)):
+        message = "this port takes devyard-mux/1 or WebSocket upgrades only"
+        await _refuse(request, 426, message, "bad-request")
         return
     if app is None:
         await _refuse(request, 404, f"no link route {request.path}", "not-found")
@@ -76,6 +89,14 @@ async def _handle(stream: trio.abc.Stream, routes: Mapping[str, RawRoute]) -> No
         log.exception("raw link %s from %s ended with an error", request.path, client)
     finally:
         await trio.aclose_forcefully(stream)
+
+
+async def accept_either(upgrade: UpgradeRequest) -> trio.abc.Stream:
+    """Answer *upgrade* with 101 in the protocol it asked for: a WebSocket (its messages as a
+    byte stream) or devyard-mux's bare socket."""
+    if is_websocket_upgrade(upgrade):
+        return await accept_websocket(upgrade)
+    return await upgrade.accept()
 
 
 async def open_raw_listeners(
