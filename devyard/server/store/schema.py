@@ -25,6 +25,7 @@ import attrs
 
 from .database import Dialect
 from .schema_cluster import CLUSTER_STATEMENTS
+from .schema_host_tokens import HOST_TOKEN_STATEMENTS
 
 __all__ = ["MIGRATIONS", "Migration"]
 
@@ -491,5 +492,10 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
         16,
         "instances: who created each (metadata.createdBy; the console's instance tables)",
         ("ALTER TABLE instances ADD COLUMN created_by TEXT",),
+    ),
+    Migration(
+        17,
+        "host tokens: hashes shared by the replicas of a cluster (c23tokens)",
+        HOST_TOKEN_STATEMENTS,
     ),
 )
