@@ -170,6 +170,7 @@ async def test_asset_bytes_switch_keys_and_orphans_are_swept(
     assert first.blob_key != second.blob_key
     # the previous bytes went (local: unlinked, an open file stays readable), or are retired:
     # kept for downloads in progress until the orphan sweep (S3, PostgreSQL; docs/blobs.md)
+    assert first.blob_key is not None and second.blob_key is not None
     retired = [] if blob_backend.name == "local" else [first.blob_key]
     assert await _keys(blobs) == sorted([second.blob_key, *retired])
     found, chunks = await assets.download(asset.id)
