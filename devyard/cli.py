@@ -258,38 +258,55 @@ def _add_server_commands(sub: Sub) -> None:
 
 
 def _host_token(config: ServerConfig, action: str, host: str | None) -> int:
-    """``devyard admin host-token [create|list|revoke HOST_ID|rotate HOST_ID]``."""
-    from .server.edge import HOST_TOKENS_FILE, HostTokens, create_host_token  # noqa: PLC0415
+    """``devyard admin host-token [create|list|revoke HOST_ID|rotate HOST_ID]``: the data
+    dir's file, or with ``[cluster]`` the table the replicas share (docs/scale-out.md)."""
+    import trio  # noqa: PLC0415
 
-    path = config.data_dir / HOST_TOKENS_FILE
     if action in ("revoke", "rotate") and not host:
         print(f"devyard: error: host-token {action} needs a HOST_ID", file=sys.stderr)
         return 2
-    if action == "create":
-        config.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        host_id, token = create_host_token(path)
-        print(f"host {host_id}; new host token (shown once):")
-        print(token)
-        return 0
-    tokens = HostTokens(path)
-    if action == "list":
-        for host_id in tokens.host_ids():
-            print(host_id)
-        return 0
-    assert host is not None
-    if action == "revoke":
-        if not tokens.revoke(host):
+    return trio.run(_host_token_async, config, action, host)
+
+
+async def _host_token_async(config: ServerConfig, action: str, host: str | None) -> int:
+    from contextlib import AsyncExitStack  # noqa: PLC0415
+
+    from .server.cluster.serve import clustered  # noqa: PLC0415
+    from .server.cluster.tokens import open_host_tokens  # noqa: PLC0415
+    from .server.serve import open_configured_store  # noqa: PLC0415
+
+    shared = clustered(config)
+    async with AsyncExitStack() as stack:
+        if shared:
+            await stack.enter_async_context(open_configured_store(config))  # migrates
+        elif action == "create":
+            config.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        tokens = await stack.enter_async_context(open_host_tokens(config))
+        where = "every replica" if shared else "a running server"
+        if action == "create":
+            host_id, token = await tokens.create()
+            print(f"host {host_id}; new host token (shown once):")
+            print(token)
+            return 0
+        if action == "list":
+            for host_id in await tokens.live_host_ids():
+                print(host_id)
+            return 0
+        assert host is not None
+        if action == "revoke":
+            if not await tokens.revoke_host(host):
+                print(f"devyard: error: no host token for {host}", file=sys.stderr)
+                return 1
+            print(f"host {host}: token revoked ({where} closes its link within seconds)")
+            return 0
+        rotated = await tokens.rotate_host(host)
+        if rotated is None:
             print(f"devyard: error: no host token for {host}", file=sys.stderr)
             return 1
-        print(f"host {host}: token revoked (a running server closes its link within seconds)")
+        print(f"host {host}; new host token (shown once; the old one no longer links):")
+        print(rotated)
         return 0
-    rotated = tokens.rotate(host)
-    if rotated is None:
-        print(f"devyard: error: no host token for {host}", file=sys.stderr)
-        return 1
-    print(f"host {host}; new host token (shown once; the old one no longer links):")
-    print(rotated)
-    return 0
+    raise AssertionError("unreachable")
 
 
 def build_parser(*, connector_only: bool = False) -> argparse.ArgumentParser:

@@ -35,9 +35,10 @@ from .build_cache import NAMESPACE as BUILD_CACHE_NAMESPACE
 from .build_cache import BuildCacheService
 from .builds import BUILD_LOGS_DIR, BuildLogs
 from .cluster.serve import cluster_holders, clustered, run_cluster, wire_service
+from .cluster.tokens import open_host_tokens
 from .config import ServerConfig
 from .drain import CURRENT, Drain, with_replica_id
-from .edge import DEFAULT_HOST_GRACE, HOST_TOKENS_FILE, HostTokens, open_edge
+from .edge import DEFAULT_HOST_GRACE, open_edge
 from .edge.connectors import DEFAULT_QUICK_GRACE, ConnectorHub, open_connector_hub
 from .edge.forward import Forwarding, HolderLookup, open_forwarding
 from .edge.gateway import INSTANCES_PREFIX, InstanceGateway
@@ -175,7 +176,6 @@ async def _serve(
     from .tunnels import StoreTunnelDirectory, TunnelService  # noqa: PLC0415
 
     config, drain = await _replica(config)
-    tokens = HostTokens(config.data_dir / HOST_TOKENS_FILE)
     activity = Activity()
     directory = StoreInstanceDirectory(store, activity)
     send_events, receive_events = _host_events(host_events)
@@ -193,6 +193,7 @@ async def _serve(
             sweep_interval=config.blob_sweep_interval,
         ) as assets,
         open_forwarding(config.peers, holders, store) as forwarding,
+        open_host_tokens(config) as tokens,  # clustered: shared in the database
         open_connector_hub(
             StoreTunnelDirectory(store),
             quick_grace=quick_grace,

@@ -13,8 +13,14 @@ Contract of every implementation:
 - A failure of the storage itself is a `BlobStoreError`, never a bare ``OSError``:
   `BlobStoreFull` when it has no room (disk full, quota), `BlobStoreUnavailable` otherwise
   (unreachable, read-only, failing). Callers answer it, they do not crash on it.
-- ``list_blobs`` names every stored key with the time it was last written, so blobs that no
-  row names (a crash between a write and the row switch, a delete cut short) can be swept.
+- ``list_blobs`` names every stored key with the time it was last written (or retired), so
+  blobs that no row names (a crash between a write and the row switch, a delete cut short, a
+  retired key) can be swept.
+- ``retire`` is how bytes that a re-upload replaced go: a download that began before the
+  re-upload keeps reading them to the end (never a mix of old and new bytes, never cut short
+  by the re-upload), and they are removed later. The local directory unlinks at once (an open
+  file stays readable); S3 and PostgreSQL keep the key and date it retired, and the orphan
+  sweep removes it once its grace has passed since then (docs/blobs.md).
 """
 
 from __future__ import annotations
@@ -63,7 +69,7 @@ class BlobStoreUnavailable(BlobStoreError):
 @attrs.frozen
 class StoredBlob:
     key: str
-    modified: float  # seconds since the epoch of its last write
+    modified: float  # seconds since the epoch of its last write or its retirement (later one)
 
 
 @attrs.frozen
@@ -84,8 +90,17 @@ class BlobStore(Protocol):
     async def delete(self, key: str) -> None:
         """Remove *key*; missing is fine."""
 
+    async def retire(self, key: str) -> None:
+        """*key*'s bytes were replaced: remove them once downloads already reading them could
+        have finished (see above); missing is fine."""
+
     async def list_blobs(self) -> list[StoredBlob]:
         """Every stored blob (not writes in progress), in no particular order."""
+
+    async def probe(self) -> None:
+        """A cheap check that the store can be used now (readiness): `BlobStoreError` naming
+        what is wrong otherwise. It may block on the network: the caller bounds and caches it
+        (`service.AssetBlobs.readiness`)."""
 
     async def sweep_temporary(self, *, older_than: float) -> int:
         """Remove what writes that no longer run left behind (a process killed mid-write),

@@ -175,6 +175,22 @@ class LocalBlobStore:
         with _translated():
             await trio.to_thread.run_sync(self._path(key).unlink, True)
 
+    async def probe(self) -> None:
+        """The directory (or the one it will be made in) can be written."""
+        root = self.root
+
+        def writable() -> bool:
+            where = root if root.exists() else root.parent
+            return where.is_dir() and os.access(where, os.W_OK | os.X_OK)
+
+        if not await trio.to_thread.run_sync(writable):
+            raise BlobStoreUnavailable("not writable")
+
+    async def retire(self, key: str) -> None:
+        """Unlinked at once: a download that opened the file keeps reading it (POSIX; on a
+        shared file system only within one machine, docs/blobs.md)."""
+        await self.delete(key)
+
     async def list_blobs(self) -> list[StoredBlob]:
         def scan() -> list[StoredBlob]:
             found: list[StoredBlob] = []

@@ -17,6 +17,9 @@ Tables (made at open, under an advisory lock so replicas starting together do no
 creates its large object and its ``devyard_blob_writes`` row in one transaction, appends
 chunks with ``lo_put`` (each also touching the row), then in one transaction inserts the
 ``devyard_blobs`` row and deletes the write's: before that commit nothing is under the key.
+A re-upload does not unlink the bytes it replaced (a download reading them chunk by chunk
+would be cut): `retire` dates the row (``retired``), `list_blobs` reports that date, and the
+orphan sweep deletes the blob only its grace after the re-upload.
 A failed, cancelled or too large write unlinks its object (shielded). A process killed
 mid-write leaves an object whose write row stops being touched: `sweep_temporary` unlinks
 those older than the grace that this process is not writing. Deleting a blob deletes its row
@@ -59,6 +62,7 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 CHUNK: Final = 1024 * 1024  # bytes per lo_put / lo_get
+_PROBE_CONNECT: Final = 2.0  # seconds a readiness probe waits for a pooled connection
 _KEY_RE: Final = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,199}")
 _NAMESPACE_RE: Final = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 _SCHEMA_LOCK: Final = 0x64657679_626C6F62  # "devyblob": one replica creates the tables
@@ -77,6 +81,8 @@ _SCHEMA: Final = (
         namespace text NOT NULL,
         touched timestamptz NOT NULL DEFAULT now()
     )""",
+    # when a re-upload replaced the blob (`retire`): the orphan sweep's grace counts from it
+    "ALTER TABLE devyard_blobs ADD COLUMN IF NOT EXISTS retired timestamptz",
 )
 
 
@@ -102,6 +108,7 @@ class PgLargeObjectStore:
         self.pool = pool
         self.namespace = namespace
         self._limiter = limiter
+        self._probe_limiter = trio.CapacityLimiter(1)  # readiness probes, beside the pool's
         self._writing: set[int] = set()  # oids of this process's writes
 
     def __repr__(self) -> str:
@@ -270,12 +277,46 @@ class PgLargeObjectStore:
 
         await self._run(delete)
 
+    async def probe(self) -> None:
+        """One short read of the blobs table on a pooled connection, in a thread of its own
+        (abandoned if the caller gives up; at most one at a time), so a pool busy with
+        transfers or a database that does not answer cannot hold readiness."""
+
+        def query() -> None:
+            with self.pool.connection(timeout=_PROBE_CONNECT) as conn:
+                conn.execute("SELECT 1 FROM devyard_blobs LIMIT 1").fetchall()
+
+        try:
+            await trio.to_thread.run_sync(
+                query, limiter=self._probe_limiter, abandon_on_cancel=True
+            )
+        except Exception as exc:
+            translated = translate(exc)
+            if translated is exc:
+                raise
+            raise translated from exc
+
+    async def retire(self, key: str) -> None:
+        """Dates *key* retired now; its bytes stay until the orphan sweep's grace has passed
+        since (module docstring)."""
+        self._check(key)
+        namespace = self.namespace
+
+        def retire(conn: psycopg.Connection[Any]) -> None:
+            conn.execute(
+                "UPDATE devyard_blobs SET retired = now() WHERE namespace = %s AND key = %s",
+                (namespace, key),
+            )
+
+        await self._run(retire, transaction=False)
+
     async def list_blobs(self) -> list[StoredBlob]:
         namespace = self.namespace
 
         def scan(conn: psycopg.Connection[Any]) -> list[StoredBlob]:
-            rows = conn.execute(
-                "SELECT key, extract(epoch FROM modified) FROM devyard_blobs WHERE namespace = %s",
+            rows = conn.execute(  # greatest() skips a NULL retired
+                "SELECT key, extract(epoch FROM greatest(modified, retired))"
+                " FROM devyard_blobs WHERE namespace = %s",
                 (namespace,),
             ).fetchall()
             return [StoredBlob(str(key), float(modified)) for key, modified in rows]

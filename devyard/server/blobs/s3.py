@@ -21,7 +21,11 @@ namespace that this process is not writing and whose last part is older than the
 ``read`` fetches ranges of `RANGE_BYTES` with one ``GetObject`` each and yields them in
 `READ_CHUNK` slices: no connection is held while a slow client drains a chunk (a streamed
 body would pin one of the pool's connections for the whole download), and since a key's bytes
-never change (base.py) the ranges of one download are consistent.
+never change (base.py) the ranges of one download are consistent. A re-upload does not delete
+the bytes it replaced (that would cut a download between two ranges): `retire` writes an empty
+marker object ``<prefix><namespace>/.retired/<key>``, whose date `list_blobs` reports as the
+key's, so the orphan sweep removes the key (and its marker) only its grace after the
+re-upload, and every range of a download that began before it reads the old object.
 
 Errors are translated once, here: ``NoSuchKey``/404 is `BlobNotFound`, a full or over-quota
 store (``EntityTooLarge``, ``QuotaExceeded``, 507...) `BlobStoreFull`, anything else,
@@ -73,6 +77,7 @@ READ_CHUNK: Final = 1024 * 1024  # what read() yields at a time
 MIN_PART: Final = 5 * 1024 * 1024  # S3's smallest part but the last
 _KEY_RE: Final = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,199}")
 _NAMESPACE_RE: Final = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+_RETIRED: Final = ".retired/"  # markers of retired keys, under the namespace's prefix
 _MISSING: Final = frozenset({"NoSuchKey", "404", "NotFound"})
 _FULL: Final = frozenset(
     {"EntityTooLarge", "QuotaExceeded", "XMinioStorageFull", "StorageFull", "InsufficientStorage"}
@@ -114,6 +119,7 @@ class S3BlobStore:
         prefix: str = "",
         part_size: int = 8 * 1024 * 1024,
         limiter: trio.CapacityLimiter,
+        range_bytes: int = RANGE_BYTES,
     ) -> None:
         if _NAMESPACE_RE.fullmatch(namespace) is None:
             raise ValueError(f"invalid namespace {namespace!r}")
@@ -125,7 +131,9 @@ class S3BlobStore:
         self.prefix = f"{prefix}{namespace}/"
         self._root_prefix = prefix
         self.part_size = part_size
+        self.range_bytes = range_bytes  # one GetObject of a download
         self._limiter = limiter
+        self._probe_limiter = trio.CapacityLimiter(1)  # readiness probes, beside the pool's
         self._writing: set[str] = set()  # upload ids of this process's multipart writes
 
     def __repr__(self) -> str:
@@ -140,12 +148,18 @@ class S3BlobStore:
             prefix=self._root_prefix,
             part_size=self.part_size,
             limiter=self._limiter,
+            range_bytes=self.range_bytes,
         )
 
     def _name(self, key: str) -> str:
         if _KEY_RE.fullmatch(key) is None:
             raise ValueError(f"invalid blob key {key!r}")
         return self.prefix + key
+
+    def _marker(self, key: str) -> str:
+        """The name of *key*'s retirement marker (not a key: keys have no ``/``)."""
+        self._name(key)  # checks the key
+        return f"{self.prefix}{_RETIRED}{key}"
 
     async def _call(self, fn: Callable[[], T]) -> T:
         """*fn* in a worker thread of the pool's size, its errors translated."""
@@ -299,7 +313,7 @@ class S3BlobStore:
 
     def _get_range(self, name: str, start: int) -> tuple[bytes, int]:
         answer = self.client.get_object(
-            Bucket=self.bucket, Key=name, Range=f"bytes={start}-{start + RANGE_BYTES - 1}"
+            Bucket=self.bucket, Key=name, Range=f"bytes={start}-{start + self.range_bytes - 1}"
         )
         with answer["Body"] as body:
             data = body.read()
@@ -346,24 +360,59 @@ class S3BlobStore:
     # ---- delete, list, sweep -----------------------------------------------------------------
 
     async def delete(self, key: str) -> None:
-        name = self._name(key)
+        """The object, then its retirement marker if any (missing is fine for both)."""
+        for name in (self._name(key), self._marker(key)):
+            try:
+                await self._call(partial(self.client.delete_object, Bucket=self.bucket, Key=name))
+            except BlobNotFound:
+                continue
+
+    async def probe(self) -> None:
+        """``HeadBucket``: the endpoint answers and the credentials may use the bucket. Its
+        own thread, abandoned if the caller gives up (boto3's retries could take a minute),
+        at most one at a time (a probe still stuck makes the next wait: bounded threads)."""
         try:
-            await self._call(partial(self.client.delete_object, Bucket=self.bucket, Key=name))
-        except BlobNotFound:
-            return
+            await trio.to_thread.run_sync(
+                partial(self.client.head_bucket, Bucket=self.bucket),
+                limiter=self._probe_limiter,
+                abandon_on_cancel=True,
+            )
+        except Exception as exc:
+            translated = translate(exc)
+            if isinstance(translated, BlobNotFound):
+                raise BlobStoreUnavailable(f"no bucket {self.bucket!r}") from exc
+            if translated is exc:
+                raise
+            raise translated from exc
+
+    async def retire(self, key: str) -> None:
+        """Dates *key* retired now (an empty marker object); the object stays until the
+        orphan sweep's grace has passed since (module docstring)."""
+        marker = self._marker(key)
+        await self._call(partial(self.client.put_object, Bucket=self.bucket, Key=marker, Body=b""))
 
     async def list_blobs(self) -> list[StoredBlob]:
+        """Every key, dated by its write or by its retirement marker, whichever is later; a
+        marker whose object is gone is listed too (its key's delete removes it)."""
+
         def scan() -> list[StoredBlob]:
-            found: list[StoredBlob] = []
+            written: dict[str, float] = {}
+            retired: dict[str, float] = {}
             pages = self.client.get_paginator("list_objects_v2").paginate(
                 Bucket=self.bucket, Prefix=self.prefix
             )
             for page in pages:
                 for item in page.get("Contents", []):
                     key = item["Key"].removeprefix(self.prefix)
+                    into = written
+                    if key.startswith(_RETIRED):
+                        key, into = key.removeprefix(_RETIRED), retired
                     if _KEY_RE.fullmatch(key) is not None:
-                        found.append(StoredBlob(key, item["LastModified"].timestamp()))
-            return found
+                        into[key] = item["LastModified"].timestamp()
+            return [
+                StoredBlob(key, max(written.get(key, 0.0), retired.get(key, 0.0)))
+                for key in written.keys() | retired.keys()
+            ]
 
         return await self._call(scan)
 

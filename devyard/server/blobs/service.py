@@ -3,9 +3,11 @@
 Theory of operation. The database row is the truth about which bytes an asset has: an upload
 streams into the blob store under a *new* key (``<asset id>.<ulid>``), and only once that write
 is complete and durable does ``set_asset_blob`` switch the row to it in one transaction; the
-previous key is deleted afterwards. So an interrupted upload leaves the previous bytes (and
-md5) in place, two concurrent uploads cannot leave a row whose md5 describes the other one's
-bytes, and a download that opened the old file keeps reading it (POSIX unlink semantics).
+previous key is retired afterwards (`BlobStore.retire`). So an interrupted upload leaves the
+previous bytes (and md5) in place, two concurrent uploads cannot leave a row whose md5
+describes the other one's bytes, and a download that began before a re-upload reads the old
+bytes to the end on every backend (the local directory unlinks them and an open file stays
+readable; S3 and PostgreSQL keep them until the orphan grace has passed since the re-upload).
 A crash between the switch and the delete leaves an unreferenced file, never a wrong one.
 
 Deleting an asset removes its bytes *first*, then the row, so every step can be retried: a
@@ -58,6 +60,8 @@ URL_TTL: Final = 3600  # seconds a signed URL stays valid (checked when a reques
 MAX_ASSET_BYTES: Final = 16 * 1024**3
 SWEEP_INTERVAL: Final = 60.0
 ORPHAN_GRACE: Final = 3600.0  # seconds an unnamed blob is left alone (a row switch is ms)
+PROBE_TTL: Final = 3.0  # seconds a readiness probe's answer is reused (/readyz under load)
+PROBE_TIMEOUT: Final = 2.0  # seconds a readiness probe may take before it is "timeout"
 
 
 class InitialAssetProblem(enum.Enum):
@@ -105,6 +109,7 @@ class AssetBlobs:
         sweep_interval: float = SWEEP_INTERVAL,
         wall_clock: Callable[[], float] = time.time,
         presign: Callable[[str, int], str] | None = None,
+        probe_ttl: float = PROBE_TTL,
     ) -> None:
         self.store = store
         self.blobs = blobs
@@ -117,6 +122,28 @@ class AssetBlobs:
         # docs/blobs.md presign_direct: the blob store's own URL of a key's bytes, for *ttl* s
         self.presign = presign
         self._sweeper: trio.CancelScope | None = None
+        self.probe_ttl = probe_ttl
+        self._probed: tuple[float, str] | None = None  # (trio time, answer) of the last probe
+        self._probing = trio.Lock()
+
+    # -- readiness --------------------------------------------------------------------------
+    async def readiness(self) -> str:
+        """``"ok"``, or what is wrong with the blob store (``"not writable"``, ``"timeout"``,
+        the backend's error): one `BlobStore.probe` at a time, bounded by `PROBE_TIMEOUT`,
+        its answer reused for ``probe_ttl`` (callers meanwhile wait for it, never a second
+        probe), so a load balancer's checks do not become a request per check to S3."""
+        async with self._probing:
+            if self._probed is not None and trio.current_time() - self._probed[0] < self.probe_ttl:
+                return self._probed[1]
+            answer = "timeout"
+            with trio.move_on_after(PROBE_TIMEOUT):
+                try:
+                    await self.blobs.probe()
+                    answer = "ok"
+                except BlobStoreError as exc:
+                    answer = str(exc) or type(exc).__name__
+            self._probed = (trio.current_time(), answer)
+            return answer
 
     def __repr__(self) -> str:
         return f"AssetBlobs({self.blobs!r})"
@@ -157,8 +184,11 @@ class AssetBlobs:
             with trio.CancelScope(shield=True):
                 await self.blobs.delete(key)
             raise
-        if previous is not None:
-            await self._delete_quietly(previous)  # the upload succeeded; the sweep retries
+        if previous is not None:  # downloads in progress finish with it (base.py)
+            try:
+                await self.blobs.retire(previous)
+            except BlobStoreError as exc:  # the upload succeeded; the sweep removes it later
+                log.warning("could not retire blob %s, the sweep will remove it: %s", previous, exc)
         return asset
 
     async def download(self, asset_id: str) -> tuple[Asset, AsyncGenerator[bytes, None]]:

@@ -25,6 +25,7 @@ import attrs
 
 from .database import Dialect
 from .schema_cluster import CLUSTER_STATEMENTS
+from .schema_host_tokens import HOST_TOKEN_STATEMENTS
 from .schema_replicas import REPLICA_SET_STATEMENTS
 
 __all__ = ["MIGRATIONS", "Migration"]
@@ -497,5 +498,10 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
         17,
         "cluster: each replica's advertised link address, for hosts' second links (c23links)",
         REPLICA_SET_STATEMENTS,
+    ),
+    Migration(
+        18,
+        "host tokens: hashes shared by the replicas of a cluster (c23tokens)",
+        HOST_TOKEN_STATEMENTS,
     ),
 )

@@ -5,6 +5,7 @@ other end of the stream instead of letting it out as a traceback."""
 from __future__ import annotations
 
 import logging
+from collections.abc import MutableMapping
 from typing import Any
 
 import pytest
@@ -18,7 +19,7 @@ from tests.core.conftest import session_pair
 async def test_a_host_reset_ends_the_relay_without_an_error(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    sent: list[dict[str, Any]] = []
+    sent: list[MutableMapping[str, Any]] = []
     delivered = trio.Event()
     first = True
 
@@ -30,7 +31,7 @@ async def test_a_host_reset_ends_the_relay_without_an_error(
         await trio.sleep_forever()
         raise AssertionError("unreachable")
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: MutableMapping[str, Any]) -> None:
         sent.append(message)
 
     caplog.set_level(logging.INFO, logger="devyard.server.edge.gateway")

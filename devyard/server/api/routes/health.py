@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 from typing import Final
 
 import trio
@@ -11,7 +10,6 @@ from quart import Blueprint, Response, jsonify, request
 
 from .... import __version__
 from ...accounts.notify import notify_operators
-from ...blobs import LocalBlobStore
 from ...drain import CURRENT, RETRY_AFTER
 from ...store import errors as store_errors
 from .._errors import Unavailable
@@ -63,17 +61,9 @@ async def _store_check() -> str:
 
 
 async def _blobs_check() -> str:
-    blobs = state().assets.blobs
-    if not isinstance(blobs, LocalBlobStore):
-        await trio.lowlevel.checkpoint()
-        return "ok"
-    root = blobs.root
-
-    def writable() -> bool:  # the directory, or the one it will be created in
-        where = root if root.exists() else root.parent
-        return where.is_dir() and os.access(where, os.W_OK | os.X_OK)
-
-    return "ok" if await trio.to_thread.run_sync(writable) else "not writable"
+    """The blob store's probe (the local directory writable, the S3 bucket or PostgreSQL
+    reachable), bounded and cached for a few seconds by `AssetBlobs.readiness`."""
+    return await state().assets.readiness()
 
 
 @blueprint.get("/readyz")

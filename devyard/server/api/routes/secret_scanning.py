@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from quart import Blueprint, Response, jsonify, request
 
-from ...edge import HOST_TOKENS_FILE, HostTokens
+from ...cluster.tokens import open_host_tokens
 from ...secret_scanning import (
     KEY_ID_HEADER,
     SIGNATURE_HEADER,
@@ -67,16 +67,16 @@ async def github_revoke() -> Response:
     except ReportError as exc:
         raise BadRequest(str(exc)) from None
     api = state()
-    responder = LeakResponder(
-        api.store,
-        tunnels=api.tunnels,
-        instances=api.instances,
-        host_tokens=HostTokens(api.config.data_dir / HOST_TOKENS_FILE),
-    )
-    answer = []
-    for report in reports:
-        label = await responder.handle(report)
-        answer.append({"token_raw": report.token, "token_type": report.type, "label": label})
+    # the data-dir file, or clustered the table every replica shares (its own short-lived
+    # pool: reports are rare)
+    async with open_host_tokens(api.config, import_file=False) as host_tokens:
+        responder = LeakResponder(
+            api.store, tunnels=api.tunnels, instances=api.instances, host_tokens=host_tokens
+        )
+        answer = []
+        for report in reports:
+            label = await responder.handle(report)
+            answer.append({"token_raw": report.token, "token_type": report.type, "label": label})
     return jsonify(answer)
 
 
