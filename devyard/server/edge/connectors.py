@@ -29,6 +29,14 @@ clean stop)) and leaves none behind deletes the tunnel at once; a connection tha
 otherwise starts a timer (`quick_grace`, 10 min) in the hub's nursery, cancelled by a
 reconnect, that deletes it. Timers use trio's clock, so tests fast-forward them with a
 MockClock or a short grace.
+
+Replicas (docs/scale-out.md): with an `Election` (``election``) the active connector is
+elected across the cluster: a connector becomes active only when the election says this
+replica holds the tunnel's lock (`Election.acquire`, or `take_over` after a win), a standby
+here may wait for a tunnel whose active connector is on another replica (`waiting_tunnels`),
+and a lost lock demotes every local active at once (`demote_all`). With `QuickDeadlines`
+(``quick_deadlines``) a quick tunnel's deletion is a deadline in the shared store instead of
+the in-memory timer. Without them (a single server) nothing changes.
 """
 
 from __future__ import annotations
@@ -106,6 +114,27 @@ class TunnelDialError(Exception):
         self.code = code
 
 
+class Election(Protocol):
+    """The cluster-wide election of each tunnel's active connector (cluster/election.py)."""
+
+    async def acquire(self, tunnel_id: str) -> bool:
+        """Whether this replica holds the tunnel's lock (already, or won now)."""
+
+    def changed(self) -> None:
+        """The hub's active or waiting connectors changed (release or compete soon)."""
+
+
+class QuickDeadlines(Protocol):
+    """Quick tunnels' deletion deadlines shared by replicas (cluster/tunnels.py)."""
+
+    async def attached(self, tunnel: Tunnel) -> None:
+        """A connector of the quick *tunnel* linked here: no deletion while it stays."""
+
+    async def stopped(self, tunnel: Tunnel) -> None:
+        """The last connector here stopped cleanly: delete soon unless another replica has
+        one."""
+
+
 class TunnelDirectory(Protocol):
     """What the hub asks of the store (`devyard.server.tunnels.StoreTunnelDirectory`)."""
 
@@ -172,6 +201,8 @@ class ConnectorHub:
         # called when the set of tunnels with an active connector here changes (the
         # cluster's registry of who holds what, docs/scale-out.md)
         self.on_active_changed: Callable[[], None] | None = None
+        self.election: Election | None = None  # replicas: who may have the active connector
+        self.quick_deadlines: QuickDeadlines | None = None  # replicas: shared quick deletion
 
     def __repr__(self) -> str:
         return f"ConnectorHub(tunnels={len(self._tunnels)})"
@@ -189,6 +220,52 @@ class ConnectorHub:
     def _active_changed(self) -> None:
         if self.on_active_changed is not None:
             self.on_active_changed()
+        if self.election is not None:
+            self.election.changed()
+
+    # ---- the cluster's election (`Election`, docs/scale-out.md) ---------------------------
+
+    def waiting_tunnels(self) -> set[str]:
+        """Tunnels with a standby here and no active connector here (another replica holds
+        the lock, or nobody does yet)."""
+        return {
+            tid
+            for tid, entry in self._tunnels.items()
+            if entry.active is None and any(not c.kicked.is_set() for c in entry.standbys)
+        }
+
+    def take_over(self, tunnel_id: str) -> bool:
+        """This replica holds the tunnel's lock: its oldest waiting standby becomes active
+        (``promote``). False when there is nobody here to promote."""
+        entry = self._tunnels.get(tunnel_id)
+        if entry is None:
+            return False
+        if entry.active is not None:
+            return True
+        waiting = [c for c in entry.standbys if not c.kicked.is_set()]
+        if not waiting:
+            return False
+        self._promote(entry, waiting[0])
+        self._active_changed()
+        return True
+
+    def demote_all(self) -> list[str]:
+        """The lock connection broke: every active connector here becomes the oldest standby
+        of its tunnel, at once (it is not told: the hub just routes nothing to it). The ids
+        of the tunnels demoted."""
+        demoted = []
+        for tid, entry in self._tunnels.items():
+            if entry.active is not None:
+                entry.standbys.insert(0, entry.active)
+                entry.active = None
+                demoted.append(tid)
+        if demoted:
+            self._active_changed()
+        return demoted
+
+    def quick_tunnels(self) -> list[Tunnel]:
+        """The quick tunnels with a connector (active or standby) linked here."""
+        return [e.tunnel for e in self._tunnels.values() if e.tunnel.ephemeral and e.connectors()]
 
     def status(self, org_id: str, name: str) -> TunnelStatus:
         entry = self._entry(org_id, name)
@@ -370,6 +447,8 @@ class ConnectorHub:
             control=control,
         )
         entry = self._register(tunnel)
+        if self.quick_deadlines is not None and tunnel.ephemeral:
+            await self.quick_deadlines.attached(tunnel)
         role = await self._attach(entry, connector, replace=bool(hello.get("replace")))
         try:
             await control.send(
@@ -419,7 +498,13 @@ class ConnectorHub:
     async def _attach(self, entry: _Tunnel, connector: _Connector, *, replace: bool) -> str:
         old = entry.active
         if old is None:
-            entry.active = connector
+            # with replicas, only the holder of the tunnel's lock has an active connector;
+            # while it is asked, another connector may have become active here
+            elected = self.election is None or await self.election.acquire(entry.tunnel.id)
+            if elected and entry.active is None:
+                entry.active = connector
+            else:
+                entry.standbys.append(connector)
         elif replace:
             entry.active = connector
             log.info("tunnel %s: %r replaces %r", entry.tunnel.name, connector, old)
@@ -443,9 +528,13 @@ class ConnectorHub:
             return
         if not entry.tunnel.ephemeral or connector.kick_code == GoAwayCode.TUNNEL_DELETED:
             self._forget(entry)
+        elif self.quick_deadlines is not None:  # replicas: the shared deadline decides
+            self._forget(entry)
+            if connector.clean_stop:
+                self._nursery.start_soon(self.quick_deadlines.stopped, entry.tunnel)
         elif connector.clean_stop:
             self._forget(entry)
-            self._nursery.start_soon(self._delete_quick, entry.tunnel)
+            self._nursery.start_soon(self.delete_quick, entry.tunnel)
         else:  # a quick tunnel whose last connector was lost: keep it for quick_grace
             entry.cleanup = trio.CancelScope()
             self._nursery.start_soon(self._quick_timer, entry, entry.cleanup)
@@ -456,13 +545,15 @@ class ConnectorHub:
             return
         entry.active = None
         waiting = [c for c in entry.standbys if not c.kicked.is_set()]
-        if waiting:
-            promoted = waiting[0]
-            entry.standbys.remove(promoted)
-            entry.active = promoted
-            log.info("tunnel %s: %r promoted to active", entry.tunnel.name, promoted)
-            self._nursery.start_soon(_send_within, promoted, {"type": "promote"})
+        if waiting:  # with replicas: this replica still holds the tunnel's lock
+            self._promote(entry, waiting[0])
         self._active_changed()
+
+    def _promote(self, entry: _Tunnel, promoted: _Connector) -> None:
+        entry.standbys.remove(promoted)
+        entry.active = promoted
+        log.info("tunnel %s: %r promoted to active", entry.tunnel.name, promoted)
+        self._nursery.start_soon(_send_within, promoted, {"type": "promote"})
 
     async def drain(self) -> None:
         """This server drains: every connector is told to link again (``drain``,
@@ -538,14 +629,17 @@ class ConnectorHub:
                 entry.tunnel.name,
                 self.quick_grace,
             )
-            await self._delete_quick(entry.tunnel)
+            await self.delete_quick(entry.tunnel)
 
-    async def _delete_quick(self, tunnel: Tunnel) -> None:
+    async def delete_quick(self, tunnel: Tunnel) -> bool:
+        """Delete the quick *tunnel* (if it still is that one); whether it was deleted."""
         try:
             if await self._directory.delete_ephemeral(tunnel):
                 log.info("quick tunnel %s deleted", tunnel.name)
+                return True
         except Exception:
             log.exception("quick tunnel %s: deleting it failed", tunnel.name)
+        return False
 
 
 def _selectors(tunnel: Tunnel) -> dict[str, Any]:

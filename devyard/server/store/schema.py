@@ -25,6 +25,7 @@ import attrs
 
 from .database import Dialect
 from .schema_cluster import CLUSTER_STATEMENTS
+from .schema_quick import QUICK_DEADLINE_STATEMENTS
 
 __all__ = ["MIGRATIONS", "Migration"]
 
@@ -491,5 +492,10 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
         16,
         "instances: who created each (metadata.createdBy; the console's instance tables)",
         ("ALTER TABLE instances ADD COLUMN created_by TEXT",),
+    ),
+    Migration(  # c23elect
+        17,
+        "cluster: quick tunnels' shared deletion deadlines (any replica deletes at expiry)",
+        QUICK_DEADLINE_STATEMENTS,
     ),
 )
