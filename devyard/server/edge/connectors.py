@@ -30,13 +30,9 @@ otherwise starts a timer (`quick_grace`, 10 min) in the hub's nursery, cancelled
 reconnect, that deletes it. Timers use trio's clock, so tests fast-forward them with a
 MockClock or a short grace.
 
-Replicas (docs/scale-out.md): with an `Election` (``election``) the active connector is
-elected across the cluster: a connector becomes active only when the election says this
-replica holds the tunnel's lock (`Election.acquire`, or `take_over` after a win), a standby
-here may wait for a tunnel whose active connector is on another replica (`waiting_tunnels`),
-and a lost lock demotes every local active at once (`demote_all`). With `QuickDeadlines`
-(``quick_deadlines``) a quick tunnel's deletion is a deadline in the shared store instead of
-the in-memory timer. Without them (a single server) nothing changes.
+Replicas (docs/scale-out.md): with an ``election`` a connector becomes active only while this
+replica holds the tunnel's lock (`Election.acquire`, `take_over`; a lost lock: `demote_all`);
+with ``quick_deadlines`` a quick tunnel's deletion is a shared deadline, not a timer here.
 """
 
 from __future__ import annotations
@@ -45,7 +41,7 @@ import logging
 from collections.abc import AsyncIterator, Callable, MutableMapping
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 import attrs
 import trio
@@ -75,6 +71,13 @@ from ..tunnels import (
 )
 from ._route import LinkRequest, Refusal, refuse_hello, serve_asgi_link, serve_upgraded_link
 from .asgi_stream import Receive, Send
+from .hub_types import (
+    Election,
+    QuickDeadlines,
+    TunnelDialError,
+    TunnelDirectory,
+    TunnelUnavailable,
+)
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +85,8 @@ __all__ = [
     "DEFAULT_MAX_CONNECTORS",
     "DEFAULT_QUICK_GRACE",
     "ConnectorHub",
+    "Election",
+    "QuickDeadlines",
     "TunnelDialError",
     "TunnelDirectory",
     "TunnelUnavailable",
@@ -99,48 +104,6 @@ _GO_AWAY: Final = {
     EndReason.EXPIRED: GoAwayCode.TOKEN_EXPIRED,
     EndReason.DELETED: GoAwayCode.TUNNEL_DELETED,
 }
-
-
-class TunnelUnavailable(Exception):
-    """No such tunnel is held by a connector here (missing, or offline)."""
-
-
-class TunnelDialError(Exception):
-    """The connector (or the edge's own selector check) refused a dial; ``code`` is the
-    preamble's error code (refused, timeout, nxdomain, forbidden, limit, ...)."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}" if message else code)
-        self.code = code
-
-
-class Election(Protocol):
-    """The cluster-wide election of each tunnel's active connector (cluster/election.py)."""
-
-    async def acquire(self, tunnel_id: str) -> bool:
-        """Whether this replica holds the tunnel's lock (already, or won now)."""
-
-    def changed(self) -> None:
-        """The hub's active or waiting connectors changed (release or compete soon)."""
-
-
-class QuickDeadlines(Protocol):
-    """Quick tunnels' deletion deadlines shared by replicas (cluster/tunnels.py)."""
-
-    async def attached(self, tunnel: Tunnel) -> None:
-        """A connector of the quick *tunnel* linked here: no deletion while it stays."""
-
-    async def stopped(self, tunnel: Tunnel) -> None:
-        """The last connector here stopped cleanly: delete soon unless another replica has
-        one."""
-
-
-class TunnelDirectory(Protocol):
-    """What the hub asks of the store (`devyard.server.tunnels.StoreTunnelDirectory`)."""
-
-    async def authenticate(self, token: str) -> Tunnel: ...
-
-    async def delete_ephemeral(self, tunnel: Tunnel) -> bool: ...
 
 
 @attrs.define(eq=False)
@@ -226,8 +189,7 @@ class ConnectorHub:
     # ---- the cluster's election (`Election`, docs/scale-out.md) ---------------------------
 
     def waiting_tunnels(self) -> set[str]:
-        """Tunnels with a standby here and no active connector here (another replica holds
-        the lock, or nobody does yet)."""
+        """Tunnels with a standby and no active connector here."""
         return {
             tid
             for tid, entry in self._tunnels.items()
@@ -235,8 +197,7 @@ class ConnectorHub:
         }
 
     def take_over(self, tunnel_id: str) -> bool:
-        """This replica holds the tunnel's lock: its oldest waiting standby becomes active
-        (``promote``). False when there is nobody here to promote."""
+        """This replica holds the tunnel's lock: promote the oldest standby (False: none)."""
         entry = self._tunnels.get(tunnel_id)
         if entry is None:
             return False
@@ -250,9 +211,8 @@ class ConnectorHub:
         return True
 
     def demote_all(self) -> list[str]:
-        """The lock connection broke: every active connector here becomes the oldest standby
-        of its tunnel, at once (it is not told: the hub just routes nothing to it). The ids
-        of the tunnels demoted."""
+        """The lock is lost: each active here becomes its tunnel's oldest standby at once (it
+        is not told: nothing is routed to it); the tunnels' ids."""
         demoted = []
         for tid, entry in self._tunnels.items():
             if entry.active is not None:
@@ -264,7 +224,6 @@ class ConnectorHub:
         return demoted
 
     def quick_tunnels(self) -> list[Tunnel]:
-        """The quick tunnels with a connector (active or standby) linked here."""
         return [e.tunnel for e in self._tunnels.values() if e.tunnel.ephemeral and e.connectors()]
 
     def status(self, org_id: str, name: str) -> TunnelStatus:
