@@ -21,6 +21,11 @@ Theory of operation (docs/scale-out.md, "Active connector election").
   promote (a local standby is promoted without releasing anything), the lock is released and
   an ``election`` event names the tunnel, in the same statement: the unlock happens first, the
   event goes out at its commit, so a replica woken by it finds the lock free.
+- **``--replace``.** A replacing connector that registers where the lock is not held asks
+  the holder (``election`` event ``replace``): it ends its active connector (``replaced``),
+  promotes nobody for `HANDOVER_S`, and releases the lock naming the requester, which tries
+  at once while the other replicas hold off for `HANDOVER_S`; the requester promotes the
+  replacing connector before older standbys.
 - **Never two.** A replica makes a connector active only while it holds the lock (the hub asks
   `acquire`, or is told by `take_over` after a win). If the lock connection breaks, every local
   active connector is demoted at once (`ConnectorHub.demote_all`) before anything else runs:
@@ -70,7 +75,9 @@ DEFAULT_POLL_S: Final = 0.25
 DEFAULT_PING_S: Final = 1.0
 DEFAULT_QUERY_TIMEOUT_S: Final = 2.0
 _CONNECT_TIMEOUT_S: Final = 10
-_CHUNK: Final = 100  # tunnels per statement (and per event: 100 ids fit a NOTIFY)
+_CHUNK: Final = 50  # tunnels per statement (and per event: 50 ids and targets fit a NOTIFY)
+#: a lock handed to a ``--replace`` connector's replica: others hold off this long
+HANDOVER_S: Final = 2.0
 
 
 class LockLost(Exception):
@@ -96,6 +103,8 @@ class ElectedHub(Protocol):
     def take_over(self, tunnel_id: str) -> bool: ...
 
     def demote_all(self) -> list[str]: ...
+
+    async def hand_over(self, tunnel_id: str, within: float) -> bool: ...
 
 
 class LockSession:
@@ -287,6 +296,8 @@ class ConnectorElection:
         self._last_query = 0.0
         self._lost_scope: trio.CancelScope | None = None
         self._quiet_until = 0.0  # after a lost session, others get the first try
+        self._handover_to: dict[str, str] = {}  # tunnel id -> the replica of its replacer
+        self._paused: dict[str, float] = {}  # tunnel id -> until when another replica's turn
         self.connected = trio.Event()  # set while a lock session is up
         self.wins = 0  # locks won (metrics, tests)
 
@@ -314,6 +325,14 @@ class ConnectorElection:
     def changed(self) -> None:
         """The hub's active or waiting connectors changed: reconcile soon."""
         self._wake.set()
+
+    async def replace(self, tunnel_id: str) -> None:
+        """A connector here was started with ``--replace`` while the lock is held elsewhere:
+        ask the holder to end its active connector and hand the lock to this replica."""
+        try:
+            await self._bus.publish(ELECTION, change="replace", keys=[tunnel_id])
+        except Exception:  # the database may be away: the connector stays a standby
+            log.exception("tunnel %s: asking for a hand-over failed", tunnel_id)
 
     # ---- the locks -----------------------------------------------------------------------------
 
@@ -359,7 +378,8 @@ class ConnectorElection:
         """Unlock, and publish the release in the same statement (caller holds the mutex)."""
         for start in range(0, len(tunnel_ids), _CHUNK):
             chunk = list(tunnel_ids[start : start + _CHUNK])
-            channel, payload = self._bus.notice(ELECTION, change="released", keys=chunk)
+            to = {t: self._handover_to.pop(t) for t in chunk if t in self._handover_to}
+            channel, payload = self._bus.notice(ELECTION, change="released", keys=chunk, to=to)
             keys = [lock_key(self._namespace, t) for t in chunk]
             try:
                 await self._query(
@@ -383,8 +403,10 @@ class ConnectorElection:
             for tunnel_id in sorted(waiting & self.held):  # a lock kept: promote here
                 self._hub.take_over(tunnel_id)
             acquired = False
-            contested = sorted(waiting - self.held)
-            if contested and trio.current_time() >= self._quiet_until:
+            now = trio.current_time()
+            self._paused = {t: until for t, until in self._paused.items() if until > now}
+            contested = sorted(t for t in waiting - self.held if self._paused.get(t, 0) <= now)
+            if contested and now >= self._quiet_until:
                 acquired = True
                 for tunnel_id in sorted(await self._try(contested)):
                     self._hub.take_over(tunnel_id)
@@ -426,7 +448,7 @@ class ConnectorElection:
         backoff = Backoff(base=0.2, cap=5.0)
         started = False
         async with self._bus.subscribe([ELECTION]) as events, trio.open_nursery() as nursery:
-            nursery.start_soon(self._listen, events)
+            nursery.start_soon(self._listen, events, nursery)
             while True:
                 try:
                     async with open_lock_session(
@@ -469,10 +491,25 @@ class ConnectorElection:
             log.warning("cluster: connector lock connection ended: %s", exc)
             self._lost(session)
 
-    async def _listen(self, events: Any) -> None:
+    async def _listen(self, events: Any, nursery: trio.Nursery) -> None:
         event: Event
         async for event in events:
-            if event.sender != self._bus.replica_id:
-                released = {str(k) for k in event.fields.get("keys") or ()}
-                if released & self._hub.waiting_tunnels():
-                    self._wake.set()
+            me = self._bus.replica_id
+            if event.sender == me:
+                continue
+            keys = {str(k) for k in event.fields.get("keys") or ()}
+            if event.fields.get("change") == "replace":
+                for tunnel_id in sorted(keys & self.held):
+                    self._handover_to[tunnel_id] = event.sender
+                    nursery.start_soon(self._hub.hand_over, tunnel_id, HANDOVER_S)
+                continue
+            to = event.fields.get("to") or {}
+            now = trio.current_time()
+            for tunnel_id in keys:
+                target = to.get(tunnel_id) if isinstance(to, dict) else None
+                if target not in (None, me):  # handed to a replacer elsewhere: its turn first
+                    self._paused[tunnel_id] = now + HANDOVER_S
+                else:
+                    self._paused.pop(tunnel_id, None)
+            if keys & self._hub.waiting_tunnels():
+                self._wake.set()

@@ -114,6 +114,7 @@ class _Connector:
     kicked: trio.Event = attrs.field(factory=trio.Event)
     kick_code: int | None = None
     clean_stop: bool = False
+    replacing: bool = False  # replicas: a --replace waiting for another replica's hand-over
 
     def __repr__(self) -> str:
         return f"<connector {self.info.id} {self.info.hostname}>"
@@ -125,6 +126,7 @@ class _Tunnel:
     active: _Connector | None = None
     standbys: list[_Connector] = attrs.field(factory=list)
     cleanup: trio.CancelScope | None = None
+    handing_over_until: float = 0.0  # replicas: the lock goes to another replica's replacer
     # Selector versions seen while the tunnel was held here: an instance attached with an
     # older version keeps it (spec 4.6 rule 3).
     selectors: SelectorHistory = attrs.field(factory=SelectorHistory)
@@ -193,7 +195,9 @@ class ConnectorHub:
         return {
             tid
             for tid, entry in self._tunnels.items()
-            if entry.active is None and any(not c.kicked.is_set() for c in entry.standbys)
+            if entry.active is None
+            and not self._handing_over(entry)
+            and any(not c.kicked.is_set() for c in entry.standbys)
         }
 
     def take_over(self, tunnel_id: str) -> bool:
@@ -206,8 +210,21 @@ class ConnectorHub:
         waiting = [c for c in entry.standbys if not c.kicked.is_set()]
         if not waiting:
             return False
-        self._promote(entry, waiting[0])
+        self._promote(entry, min(waiting, key=lambda c: not c.replacing))  # then the oldest
         self._active_changed()
+        return True
+
+    async def hand_over(self, tunnel_id: str, within: float) -> bool:
+        """Another replica has a connector started with ``--replace``: the active one here
+        gets ``replaced`` and, for *within* seconds, no standby here takes over (the lock
+        goes to that replica). False: no active connector here."""
+        entry = self._tunnels.get(tunnel_id)
+        if entry is None or entry.active is None:
+            await trio.lowlevel.checkpoint()
+            return False
+        entry.handing_over_until = trio.current_time() + within
+        message = "another connector replaced this one"
+        await self._kick(entry.active, "replaced", GoAwayCode.REPLACED, message)
         return True
 
     def demote_all(self) -> list[str]:
@@ -464,6 +481,9 @@ class ConnectorHub:
                 entry.active = connector
             else:
                 entry.standbys.append(connector)
+            if not elected and replace and self.election is not None:  # held elsewhere
+                connector.replacing = True
+                self._nursery.start_soon(self.election.replace, entry.tunnel.id)
         elif replace:
             entry.active = connector
             log.info("tunnel %s: %r replaces %r", entry.tunnel.name, connector, old)
@@ -504,9 +524,12 @@ class ConnectorHub:
             return
         entry.active = None
         waiting = [c for c in entry.standbys if not c.kicked.is_set()]
-        if waiting:  # with replicas: this replica still holds the tunnel's lock
+        if waiting and not self._handing_over(entry):  # replicas: the lock is still held
             self._promote(entry, waiting[0])
         self._active_changed()
+
+    def _handing_over(self, entry: _Tunnel) -> bool:
+        return entry.handing_over_until > trio.current_time()
 
     def _promote(self, entry: _Tunnel, promoted: _Connector) -> None:
         entry.standbys.remove(promoted)

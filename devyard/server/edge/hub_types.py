@@ -33,6 +33,9 @@ class Election(Protocol):
     def changed(self) -> None:
         """The hub's active or waiting connectors changed (release or compete soon)."""
 
+    async def replace(self, tunnel_id: str) -> None:
+        """A ``--replace`` connector here, the active one elsewhere: ask for a hand-over."""
+
 
 class QuickDeadlines(Protocol):
     """Quick tunnels' deletion deadlines shared by replicas (cluster/tunnels.py)."""

@@ -97,6 +97,7 @@ class Conn:
     """The connector end of one link: its role and what the hub sent it."""
 
     name: str
+    replace: bool = False
     role: str = ""
     received: list[dict[str, Any]] = attrs.field(factory=list)
     dials: int = 0
@@ -128,7 +129,7 @@ async def _connector(
             nursery.start_soon(_serve_hub_side, hub, record, hub_side)
             async with open_session(connector_side, client=True) as session:
                 control = ControlChannel(await session.open_stream())
-                hello = {"type": "hello", "proto": PROTO, "id": conn.name, "hostname": conn.name}
+                hello = {"type": "hello", "proto": PROTO, "id": conn.name, "replace": conn.replace}
                 await control.send(hello)
                 registered = await control.receive()
                 conn.role = str(registered["role"])
@@ -296,4 +297,26 @@ async def test_a_stopped_replica_hands_over_and_keys_differ_per_deployment(
         with trio.fail_after(10):
             await eventually(lambda: second.active)
         assert not r0.hub.status(corp.org_id, corp.name).online
+        nursery.cancel_scope.cancel()
+
+
+async def test_replace_on_another_replica_takes_the_lock_over(cluster_url: str) -> None:
+    corp = tunnel("corp")
+    async with (
+        open_elected(cluster_url, "r0") as r0,
+        open_elected(cluster_url, "r1") as r1,
+        trio.open_nursery() as nursery,
+    ):
+        old, local, new = Conn("old"), Conn("local"), Conn("new", replace=True)
+        await nursery.start(_connector, r0.hub, corp, old)
+        await nursery.start(_connector, r0.hub, corp, local)
+        await nursery.start(_connector, r1.hub, corp, new)
+        assert [c.role for c in (old, local, new)] == ["active", "standby", "standby"]
+        with trio.fail_after(10):
+            await eventually(lambda: new.active)
+        errors = [m for m in old.received if m["type"] == "error"]
+        assert [(m["code"], m["permanent"]) for m in errors] == [("replaced", True)]
+        assert not local.active, "the lock went to the replacer's replica, not a local standby"
+        assert _actives([r0, r1], corp) == ["r1"]
+        await until(lambda: _holder_is(r0, corp.id, "r1"))
         nursery.cancel_scope.cancel()
