@@ -52,9 +52,11 @@ from typing import Any, Final, Protocol
 import attrs
 import psycopg
 import trio
+from prometheus_client import Counter
 from psycopg import pq
 
 from ...core.backoff import Backoff
+from ..metrics import REGISTRY
 from .bus import Bus, Event
 
 log = logging.getLogger(__name__)
@@ -78,6 +80,15 @@ _CONNECT_TIMEOUT_S: Final = 10
 _CHUNK: Final = 50  # tunnels per statement (and per event: 50 ids and targets fit a NOTIFY)
 #: a lock handed to a ``--replace`` connector's replica: others hold off this long
 HANDOVER_S: Final = 2.0
+
+
+ELECTIONS: Final = Counter(
+    "devyard_cluster_connector_locks_total",
+    "Tunnel locks (active connector elections) this replica won, released, or lost with its"
+    " lock connection, by outcome (won, released, lost).",
+    ["outcome"],
+    registry=REGISTRY,
+)
 
 
 class LockLost(Exception):
@@ -370,6 +381,7 @@ class ConnectorElection:
                     won.add(keys[int(key)])
         self.held |= won
         self.wins += len(won)
+        ELECTIONS.labels("won").inc(len(won))
         for tunnel_id in sorted(won):
             log.info("tunnel %s: this replica won the active connector's lock", tunnel_id)
         return won
@@ -390,6 +402,7 @@ class ConnectorElection:
             except LockLost:
                 return
             self.held -= set(chunk)
+            ELECTIONS.labels("released").inc(len(chunk))
             log.info("tunnel(s) %s: this replica released the lock", ", ".join(chunk))
 
     async def reconcile(self) -> None:
@@ -430,6 +443,7 @@ class ConnectorElection:
         self._quiet_until = trio.current_time() + 2 * self.poll_s
         session.close()
         held, self.held = self.held, set()
+        ELECTIONS.labels("lost").inc(len(held))
         demoted = self._hub.demote_all()
         if held or demoted:
             log.warning(

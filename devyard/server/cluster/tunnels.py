@@ -191,7 +191,7 @@ class ClusterTunnels:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Apply other replicas' tunnel changes to the local hub until cancelled; with a
         database, also run the election and the quick tunnels' sweeper (the hub's
-        ``election`` and ``quick_deadlines`` are set here, and unset on the way out)."""
+        ``election`` and ``quick_deadlines`` are set here)."""
         async with trio.open_nursery() as nursery:
             if self.election is not None:
                 await nursery.start(self.election.run)
@@ -201,8 +201,7 @@ class ClusterTunnels:
                 nursery.start_soon(self._sweeper)
             try:
                 await self._follow(task_status)
-            finally:
-                self._hub.election = None
+            finally:  # the election stays: without its session it elects nobody here
                 self._hub.quick_deadlines = None
 
     async def _follow(self, task_status: trio.TaskStatus[None]) -> None:

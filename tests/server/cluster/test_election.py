@@ -26,6 +26,7 @@ from devyard.server.edge import Edge
 from devyard.server.edge.connectors import ConnectorHub, open_connector_hub
 from devyard.server.edge.tokens import HostTokens
 from devyard.server.hosts import EVENT_BUFFER, HostEvent
+from devyard.server.metrics import REGISTRY
 from devyard.server.store.base import Tunnel
 from devyard.server.store.postgres import open_postgres_database
 from devyard.server.store.sql_cluster import SqlCluster
@@ -189,6 +190,13 @@ async def test_exactly_one_active_connector_across_replicas_under_concurrent_att
         nursery.cancel_scope.cancel()
 
 
+def _locks(outcome: str) -> float:
+    sample = REGISTRY.get_sample_value(
+        "devyard_cluster_connector_locks_total", {"outcome": outcome}
+    )
+    return sample or 0.0
+
+
 async def _holder_is(replica: Elected, tunnel_id: str, replica_id: str) -> bool:
     return await _holder(replica, tunnel_id) == replica_id
 
@@ -214,6 +222,7 @@ async def test_a_killed_lock_connection_demotes_at_once_and_a_standby_elsewhere_
         assert r1.hub.waiting_tunnels() == {corp.id}
         pid = r0.election.backend_pid
         assert pid is not None
+        lost_before = _locks("lost")
         killed_at = trio.current_time()
         await r1.cluster._db.write(
             lambda tx: tx.fetchone("SELECT pg_terminate_backend(:pid) AS ok", {"pid": pid})
@@ -223,6 +232,7 @@ async def test_a_killed_lock_connection_demotes_at_once_and_a_standby_elsewhere_
         took = trio.current_time() - killed_at
         print(f"\nlock connection killed: a standby elsewhere active in {took * 1000:.0f} ms")
         assert not r0.hub.status(corp.org_id, corp.name).online, "demoted when the lock went"
+        assert _locks("lost") == lost_before + 1
         assert _actives([r0, r1], corp) == ["r1"]
         await until(lambda: _holder_is(r0, corp.id, "r1"))
         assert await r1.hub.probe(corp.org_id, corp.name), "the promoted connector answers"
