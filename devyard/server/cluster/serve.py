@@ -99,7 +99,7 @@ async def run_cluster(  # noqa: PLR0917 - nursery.start passes arguments by posi
             edge.leases = hosts
             hosts.hub = connectors
             connectors.on_active_changed = hosts.connectors_changed
-            tunnels = ClusterTunnels(connectors, hosts, bus, store.get_tunnel)
+            tunnels = ClusterTunnels(connectors, hosts, bus, store.get_tunnel, url=url, db=db)
             await n.start(tunnels.run)
             await n.start(lambda task_status: hosts.run(expected=expected, task_status=task_status))
             task_status.started(Parts(hosts, tunnels))

@@ -11,6 +11,14 @@ several replicas serve them (docs/scale-out.md).
   event too large for a NOTIFY (many long selectors) goes without the selectors and the
   receivers read the tunnel from the store.
 - Streams into a tunnel (``open_tunnel_stream``, ``probe``) go to the local hub.
+- With a database URL (*url*, *db*: `run_cluster`), the active connector of each tunnel is
+  elected across replicas (`election.ConnectorElection`, set as the hub's ``election``), and
+  quick tunnels' deletion is a shared deadline (`SqlQuickTunnels`; this class is the hub's
+  ``quick_deadlines``): while a replica has a connector of a quick tunnel it keeps the
+  tunnel's deadline ``quick_grace`` ahead (at attach and every `sweep_s`); a clean stop of
+  its last one brings the deadline within `QUICK_SETTLE_S`; every replica's sweeper deletes
+  the tunnels whose deadline passed (each taken by exactly one replica) and publishes their
+  end. So the deletion survives the death of the replica where the last connector was lost.
 """
 
 from __future__ import annotations
@@ -18,36 +26,62 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 import attrs
 import trio
 
 from ..edge.connectors import ConnectorHub
 from ..store.base import Tunnel
+from ..store.database import Database
 from ..store.errors import NotFound
+from ..store.sql_quick_tunnels import DueQuickTunnel, SqlQuickTunnels
 from ..tunnels import EndReason, TunnelStatus
 from .bus import Bus, Event, PayloadTooLarge, Topic
+from .election import ConnectorElection
 from .hosts import ClusterHosts
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ClusterTunnels"]
+__all__ = ["QUICK_SETTLE_S", "ClusterTunnels"]
 
 #: reads a tunnel by organization and name (the store's ``get_tunnel``)
 TunnelReader = Callable[[str, str], Awaitable[Tunnel]]
+
+#: after a clean stop of a quick tunnel's last connector on a replica, the tunnel is deleted
+#: this much later unless a replica that still has one renews it (single server: at once)
+QUICK_SETTLE_S: Final = 10.0
+_SWEEP_MAX_S: Final = 5.0
 
 
 class ClusterTunnels:
     """`TunnelConnections` for cluster mode around the local `ConnectorHub`."""
 
     def __init__(
-        self, hub: ConnectorHub, hosts: ClusterHosts, bus: Bus, read_tunnel: TunnelReader
+        self,
+        hub: ConnectorHub,
+        hosts: ClusterHosts,
+        bus: Bus,
+        read_tunnel: TunnelReader,
+        *,
+        url: str | None = None,
+        db: Database | None = None,
     ) -> None:
+        """With *url* (the lock connection) and *db* (the cluster's pool), the active
+        connector is elected across replicas and quick tunnels' deletion is shared."""
         self._hub = hub
         self._hosts = hosts
         self._bus = bus
         self._read_tunnel = read_tunnel
+        self.election = None if url is None else ConnectorElection(url, bus, hub)
+        self._quick = None if db is None else SqlQuickTunnels(db)
+        self.quick_settle_s = QUICK_SETTLE_S
+        self.swept = 0  # quick tunnels this replica's sweeper deleted (tests, logs)
+
+    @property
+    def sweep_s(self) -> float:
+        """How often quick tunnels' deadlines are renewed and swept: well inside the grace."""
+        return min(_SWEEP_MAX_S, self._hub.quick_grace / 4)
 
     def status(self, org_id: str, name: str) -> TunnelStatus:
         local = self._hub.status(org_id, name)
@@ -95,8 +129,82 @@ class ClusterTunnels:
             record["selectors"] = None
             await self._bus.publish(Topic.TUNNEL, change=change, tunnel=record, **fields)
 
+    # ---- quick tunnels' shared deadlines (the hub's `QuickDeadlines`) -------------------------
+
+    async def attached(self, tunnel: Tunnel) -> None:
+        await self._renew([tunnel])
+
+    async def stopped(self, tunnel: Tunnel) -> None:
+        quick = self._quick
+        if quick is None:
+            await trio.lowlevel.checkpoint()
+            return
+        try:
+            await quick.shorten(tunnel.id, self.quick_settle_s)
+        except Exception:  # the database may be away: the renewals' absence decides then
+            log.exception("quick tunnel %s: bringing its deadline close failed", tunnel.name)
+
+    async def _renew(self, tunnels: list[Tunnel]) -> None:
+        quick = self._quick
+        if quick is None or not tunnels:
+            await trio.lowlevel.checkpoint()
+            return
+        due = [DueQuickTunnel(t.id, t.org_id, t.name) for t in tunnels]
+        try:
+            await quick.renew(due, self._hub.quick_grace)
+        except Exception:  # the next pass tries again
+            log.exception("cluster: renewing quick tunnels' deadlines failed")
+
+    async def sweep(self) -> int:
+        """Renew the deadlines of the quick tunnels with a connector here, then delete the
+        quick tunnels whose deadline passed (those this replica took); how many it deleted."""
+        quick = self._quick
+        if quick is None:
+            await trio.lowlevel.checkpoint()
+            return 0
+        await self._renew(self._hub.quick_tunnels())
+        deleted = 0
+        for due in await quick.take_due():
+            try:
+                tunnel = await self._read_tunnel(due.org_id, due.name)
+            except NotFound:
+                continue
+            if tunnel.id != due.tunnel_id or not tunnel.ephemeral:
+                continue
+            log.info("quick tunnel %s: no connector in any replica, deleting it", due.name)
+            if await self._hub.delete_quick(tunnel):
+                deleted += 1
+                await self._publish("ended", tunnel, reason=str(EndReason.DELETED))
+        self.swept += deleted
+        return deleted
+
+    async def _sweeper(self) -> None:
+        while True:
+            try:
+                await self.sweep()
+            except Exception:  # the database may be away; the next pass tries again
+                log.exception("cluster: sweeping quick tunnels failed")
+            await trio.sleep(self.sweep_s)
+
+    # ---- running -------------------------------------------------------------------------------
+
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Apply other replicas' tunnel changes to the local hub until cancelled."""
+        """Apply other replicas' tunnel changes to the local hub until cancelled; with a
+        database, also run the election and the quick tunnels' sweeper (the hub's
+        ``election`` and ``quick_deadlines`` are set here)."""
+        async with trio.open_nursery() as nursery:
+            if self.election is not None:
+                await nursery.start(self.election.run)
+                self._hub.election = self.election
+            if self._quick is not None:
+                self._hub.quick_deadlines = self
+                nursery.start_soon(self._sweeper)
+            try:
+                await self._follow(task_status)
+            finally:  # the election stays: without its session it elects nobody here
+                self._hub.quick_deadlines = None
+
+    async def _follow(self, task_status: trio.TaskStatus[None]) -> None:
         async with self._bus.subscribe([Topic.TUNNEL]) as subscription:
             task_status.started()
             async for event in subscription:

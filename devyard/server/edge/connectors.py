@@ -29,6 +29,10 @@ clean stop)) and leaves none behind deletes the tunnel at once; a connection tha
 otherwise starts a timer (`quick_grace`, 10 min) in the hub's nursery, cancelled by a
 reconnect, that deletes it. Timers use trio's clock, so tests fast-forward them with a
 MockClock or a short grace.
+
+Replicas (docs/scale-out.md): with an ``election`` a connector becomes active only while this
+replica holds the tunnel's lock (`Election.acquire`, `take_over`; a lost lock: `demote_all`);
+with ``quick_deadlines`` a quick tunnel's deletion is a shared deadline, not a timer here.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ import logging
 from collections.abc import AsyncIterator, Callable, MutableMapping
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 import attrs
 import trio
@@ -67,6 +71,13 @@ from ..tunnels import (
 )
 from ._route import LinkRequest, Refusal, refuse_hello, serve_asgi_link, serve_upgraded_link
 from .asgi_stream import Receive, Send
+from .hub_types import (
+    Election,
+    QuickDeadlines,
+    TunnelDialError,
+    TunnelDirectory,
+    TunnelUnavailable,
+)
 from .replica_set import ReplicaSetView, send_replica_updates  # two links (c23links)
 
 log = logging.getLogger(__name__)
@@ -75,6 +86,8 @@ __all__ = [
     "DEFAULT_MAX_CONNECTORS",
     "DEFAULT_QUICK_GRACE",
     "ConnectorHub",
+    "Election",
+    "QuickDeadlines",
     "TunnelDialError",
     "TunnelDirectory",
     "TunnelUnavailable",
@@ -94,27 +107,6 @@ _GO_AWAY: Final = {
 }
 
 
-class TunnelUnavailable(Exception):
-    """No such tunnel is held by a connector here (missing, or offline)."""
-
-
-class TunnelDialError(Exception):
-    """The connector (or the edge's own selector check) refused a dial; ``code`` is the
-    preamble's error code (refused, timeout, nxdomain, forbidden, limit, ...)."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}" if message else code)
-        self.code = code
-
-
-class TunnelDirectory(Protocol):
-    """What the hub asks of the store (`devyard.server.tunnels.StoreTunnelDirectory`)."""
-
-    async def authenticate(self, token: str) -> Tunnel: ...
-
-    async def delete_ephemeral(self, tunnel: Tunnel) -> bool: ...
-
-
 @attrs.define(eq=False)
 class _Connector:
     info: ConnectorInfo
@@ -123,6 +115,7 @@ class _Connector:
     kicked: trio.Event = attrs.field(factory=trio.Event)
     kick_code: int | None = None
     clean_stop: bool = False
+    replacing: bool = False  # replicas: a --replace waiting for another replica's hand-over
 
     def __repr__(self) -> str:
         return f"<connector {self.info.id} {self.info.hostname}>"
@@ -134,6 +127,7 @@ class _Tunnel:
     active: _Connector | None = None
     standbys: list[_Connector] = attrs.field(factory=list)
     cleanup: trio.CancelScope | None = None
+    handing_over_until: float = 0.0  # replicas: the lock goes to another replica's replacer
     # Selector versions seen while the tunnel was held here: an instance attached with an
     # older version keeps it (spec 4.6 rule 3).
     selectors: SelectorHistory = attrs.field(factory=SelectorHistory)
@@ -175,6 +169,8 @@ class ConnectorHub:
         self.on_active_changed: Callable[[], None] | None = None
         # ---- two links (c23links, docs/scale-out.md): the replica set sent to connectors
         self.replica_set: ReplicaSetView | None = None  # set by the cluster
+        self.election: Election | None = None  # replicas: who may have the active connector
+        self.quick_deadlines: QuickDeadlines | None = None  # replicas: shared quick deletion
 
     def __repr__(self) -> str:
         return f"ConnectorHub(tunnels={len(self._tunnels)})"
@@ -192,6 +188,63 @@ class ConnectorHub:
     def _active_changed(self) -> None:
         if self.on_active_changed is not None:
             self.on_active_changed()
+        if self.election is not None:
+            self.election.changed()
+
+    # ---- the cluster's election (`Election`, docs/scale-out.md) ---------------------------
+
+    def waiting_tunnels(self) -> set[str]:
+        """Tunnels with a standby and no active connector here."""
+        return {
+            tid
+            for tid, entry in self._tunnels.items()
+            if entry.active is None
+            and not self._handing_over(entry)
+            and any(not c.kicked.is_set() for c in entry.standbys)
+        }
+
+    def take_over(self, tunnel_id: str) -> bool:
+        """This replica holds the tunnel's lock: promote the oldest standby (False: none)."""
+        entry = self._tunnels.get(tunnel_id)
+        if entry is None:
+            return False
+        if entry.active is not None:
+            return True
+        waiting = [c for c in entry.standbys if not c.kicked.is_set()]
+        if not waiting:
+            return False
+        self._promote(entry, min(waiting, key=lambda c: not c.replacing))  # then the oldest
+        self._active_changed()
+        return True
+
+    async def hand_over(self, tunnel_id: str, within: float) -> bool:
+        """Another replica has a connector started with ``--replace``: the active one here
+        gets ``replaced`` and, for *within* seconds, no standby here takes over (the lock
+        goes to that replica). False: no active connector here."""
+        entry = self._tunnels.get(tunnel_id)
+        if entry is None or entry.active is None:
+            await trio.lowlevel.checkpoint()
+            return False
+        entry.handing_over_until = trio.current_time() + within
+        message = "another connector replaced this one"
+        await self._kick(entry.active, "replaced", GoAwayCode.REPLACED, message)
+        return True
+
+    def demote_all(self) -> list[str]:
+        """The lock is lost: each active here becomes its tunnel's oldest standby at once (it
+        is not told: nothing is routed to it); the tunnels' ids."""
+        demoted = []
+        for tid, entry in self._tunnels.items():
+            if entry.active is not None:
+                entry.standbys.insert(0, entry.active)
+                entry.active = None
+                demoted.append(tid)
+        if demoted:
+            self._active_changed()
+        return demoted
+
+    def quick_tunnels(self) -> list[Tunnel]:
+        return [e.tunnel for e in self._tunnels.values() if e.tunnel.ephemeral and e.connectors()]
 
     def status(self, org_id: str, name: str) -> TunnelStatus:
         entry = self._entry(org_id, name)
@@ -373,6 +426,8 @@ class ConnectorHub:
             control=control,
         )
         entry = self._register(tunnel)
+        if self.quick_deadlines is not None and tunnel.ephemeral:
+            await self.quick_deadlines.attached(tunnel)
         role = await self._attach(entry, connector, replace=bool(hello.get("replace")))
         try:
             await control.send(
@@ -425,7 +480,16 @@ class ConnectorHub:
     async def _attach(self, entry: _Tunnel, connector: _Connector, *, replace: bool) -> str:
         old = entry.active
         if old is None:
-            entry.active = connector
+            # with replicas, only the holder of the tunnel's lock has an active connector;
+            # while it is asked, another connector may have become active here
+            elected = self.election is None or await self.election.acquire(entry.tunnel.id)
+            if elected and entry.active is None:
+                entry.active = connector
+            else:
+                entry.standbys.append(connector)
+            if not elected and replace and self.election is not None:  # held elsewhere
+                connector.replacing = True
+                self._nursery.start_soon(self.election.replace, entry.tunnel.id)
         elif replace:
             entry.active = connector
             log.info("tunnel %s: %r replaces %r", entry.tunnel.name, connector, old)
@@ -449,9 +513,13 @@ class ConnectorHub:
             return
         if not entry.tunnel.ephemeral or connector.kick_code == GoAwayCode.TUNNEL_DELETED:
             self._forget(entry)
+        elif self.quick_deadlines is not None:  # replicas: the shared deadline decides
+            self._forget(entry)
+            if connector.clean_stop:
+                self._nursery.start_soon(self.quick_deadlines.stopped, entry.tunnel)
         elif connector.clean_stop:
             self._forget(entry)
-            self._nursery.start_soon(self._delete_quick, entry.tunnel)
+            self._nursery.start_soon(self.delete_quick, entry.tunnel)
         else:  # a quick tunnel whose last connector was lost: keep it for quick_grace
             entry.cleanup = trio.CancelScope()
             self._nursery.start_soon(self._quick_timer, entry, entry.cleanup)
@@ -462,13 +530,18 @@ class ConnectorHub:
             return
         entry.active = None
         waiting = [c for c in entry.standbys if not c.kicked.is_set()]
-        if waiting:
-            promoted = waiting[0]
-            entry.standbys.remove(promoted)
-            entry.active = promoted
-            log.info("tunnel %s: %r promoted to active", entry.tunnel.name, promoted)
-            self._nursery.start_soon(_send_within, promoted, {"type": "promote"})
+        if waiting and not self._handing_over(entry):  # replicas: the lock is still held
+            self._promote(entry, waiting[0])
         self._active_changed()
+
+    def _handing_over(self, entry: _Tunnel) -> bool:
+        return entry.handing_over_until > trio.current_time()
+
+    def _promote(self, entry: _Tunnel, promoted: _Connector) -> None:
+        entry.standbys.remove(promoted)
+        entry.active = promoted
+        log.info("tunnel %s: %r promoted to active", entry.tunnel.name, promoted)
+        self._nursery.start_soon(_send_within, promoted, {"type": "promote"})
 
     async def drain(self) -> None:
         """This server drains: every connector is told to link again (``drain``,
@@ -544,14 +617,17 @@ class ConnectorHub:
                 entry.tunnel.name,
                 self.quick_grace,
             )
-            await self._delete_quick(entry.tunnel)
+            await self.delete_quick(entry.tunnel)
 
-    async def _delete_quick(self, tunnel: Tunnel) -> None:
+    async def delete_quick(self, tunnel: Tunnel) -> bool:
+        """Delete the quick *tunnel* (if it still is that one); whether it was deleted."""
         try:
             if await self._directory.delete_ephemeral(tunnel):
                 log.info("quick tunnel %s deleted", tunnel.name)
+                return True
         except Exception:
             log.exception("quick tunnel %s: deleting it failed", tunnel.name)
+        return False
 
 
 def _selectors(tunnel: Tunnel) -> dict[str, Any]:

@@ -26,6 +26,7 @@ import attrs
 from .database import Dialect
 from .schema_cluster import CLUSTER_STATEMENTS
 from .schema_host_tokens import HOST_TOKEN_STATEMENTS
+from .schema_quick import QUICK_DEADLINE_STATEMENTS
 from .schema_replicas import REPLICA_SET_STATEMENTS
 
 __all__ = ["MIGRATIONS", "Migration"]
@@ -503,5 +504,10 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
         18,
         "host tokens: hashes shared by the replicas of a cluster (c23tokens)",
         HOST_TOKEN_STATEMENTS,
+    ),
+    Migration(
+        19,
+        "cluster: quick tunnels' shared deletion deadlines (any replica deletes them; c23elect)",
+        QUICK_DEADLINE_STATEMENTS,
     ),
 )
