@@ -3,10 +3,11 @@
 reference config (deploy/haproxy/haproxy.cfg, addresses from the environment), two host daemons
 and two connectors of one tunnel, and a private HTTP server the tunnel reaches.
 
-Placement of the links is steered, not left to chance: while host *i* and connector *i* link,
-HAProxy sends traffic to replica *i* only (its runtime API disables the others), so replica 1
-holds host 1 and connector 1, replica 2 holds host 2 and connector 2, and replica 3 holds
-nothing: the replica forwarding must cross.
+Placement of the links is steered, not left to chance: while a link is dialled, HAProxy sends
+new connections to one replica only (its runtime API disables the others). Replica 1 holds
+host 1 and both connectors (the second a standby), replica 2 holds host 2 and no connector (a
+device there reaches the tunnel through replica 1), and replica 3 holds nothing: the replica
+that must forward everything.
 
 Host tokens: until host tokens are shared in PostgreSQL (issue 23, c23tokens), every replica
 gets a copy of the same host-token file in its data dir.
@@ -342,6 +343,7 @@ def open_rig(
             [], [], "office", tunnel.json()["id"], private,
         )  # fmt: skip
         wait_for(lambda: all(rig.up_in_haproxy(r) for r in replicas), 20, "haproxy's checks")
+        # r1: host 1 and both connectors (the second a standby); r2: host 2; r3: nothing
         for n, ((host_id, token), name) in enumerate(zip(made, ("r1", "r2"), strict=True), 1):
             (tmp / f"host-token-{n}").write_text(token)
             hostd = ["hostd", "--server", lb, "--token-file", str(tmp / f"host-token-{n}")]
@@ -354,19 +356,22 @@ def open_rig(
                 host_id, capacity, Proc([*DEVYARD, *hostd], clean_env(), tmp / f"hostd-{n}.log")
             )
             conn = Proc([*DEVYARD, *connector], clean_env(), tmp / f"connector-{n}.log")
-            replica = replicas[name]
-            with rig.only(name):
+            with rig.only(name):  # each link dialled while only its replica takes it
                 host.proc.start()
                 started.append(host.proc)
                 rig.hosts.append(host)
+                wait_for(lambda r=replicas[name]: r.links()["host"] == 1, 60, f"host {n}")  # type: ignore[misc]
+            with rig.only("r1"):
                 conn.start()
                 started.append(conn)
                 rig.connectors.append(conn)
-                wait_for(
-                    lambda r=replica: r.links() == {"host": 1, "connector": 1},  # type: ignore[misc]
-                    60,
-                    f"host {n} and connector {n} on {name}",
-                )
+                wait_for(lambda c=n: replicas["r1"].links()["connector"] == c, 60, f"connector {n}")  # type: ignore[misc]
+        wanted = {"r1": {"host": 1, "connector": 2}, "r2": {"host": 1, "connector": 0}}
+        wait_for(
+            lambda: all(replicas[name].links() == links for name, links in wanted.items()),
+            20,
+            f"the placement {wanted}",
+        )
         wait_for(lambda: all(rig.up_in_haproxy(r) for r in replicas), 20, "haproxy's checks")
         print(f"rig: up at {time.monotonic() - t0:.1f} s")
         yield rig
