@@ -256,9 +256,10 @@ def _holds(rig: Rig) -> dict[str, dict[str, int]]:
 
 
 @pytest.mark.skip(
-    reason="needs c23links (issue 23): the drained replica's lease heartbeat drops the moved "
-    "host's old link as stale once another replica took the lease (cluster/hosts.py), which "
-    "cuts the tunnel stream in flight"
+    reason="needs c23links (issue 23, branch c23links) or a fix in cluster/hosts.py: the "
+    "draining replica's heartbeat finds the moved host's lease taken by another replica and "
+    "drops its old link as stale (ClusterHosts.heartbeat -> Edge.drop), which cuts the tunnel "
+    "stream in flight (the fetch then answers a bare 500 from gateway._proxy_api)"
 )
 async def test_sigterm_drains_a_replica_without_dropping_a_tunnel_stream(rig: Rig) -> None:
     """The replica holding host 1's link drains while a fetch through the tunnel is half
