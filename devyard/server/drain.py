@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "CURRENT",
+    "MOVING_KINDS",
     "REPLICA_ID_FILE",
     "Drain",
     "ensure_replica_id",
@@ -56,6 +57,11 @@ __all__ = [
 
 #: Where a replica keeps the id it made for itself (when none is configured).
 REPLICA_ID_FILE: Final = "replica-id"
+#: The links a drain waits for: hosts and connectors move elsewhere and close their old link
+#: here once its streams end. Other replicas' peer links are not waited for: a peer keeps its
+#: link open while idle (edge/peers.py), and the streams a peer forwards here ride on a host's
+#: or connector's link here, which the drain waits for; peer links end with the process.
+MOVING_KINDS: Final = ("host", "connector")
 #: The ``Retry-After`` of a refusal while draining: go elsewhere, now.
 RETRY_AFTER: Final = 1.0
 #: The drain of the server this task serves (set by serve.py for the API's tasks).
@@ -136,6 +142,11 @@ class Drain:
     def links(self) -> int:
         return sum(self._links.values())
 
+    @property
+    def moving(self) -> int:
+        """Open links that must move before the drain ends (`MOVING_KINDS`)."""
+        return sum(self._links[kind] for kind in MOVING_KINDS)
+
     @contextmanager
     def _counted(self, kind: str) -> Iterator[None]:
         self._links[kind] += 1
@@ -192,8 +203,8 @@ class Drain:
             metrics.DRAINING.set(1)
 
     async def wait_unlinked(self) -> None:
-        """Until no guarded link is open (bound it with a cancel scope)."""
-        while self.links:
+        """Until no host or connector link is open (bound it with a cancel scope)."""
+        while self.moving:
             await self._changed.wait()
 
     async def run(self, movers: Sequence[Callable[[], Awaitable[None]]]) -> None:

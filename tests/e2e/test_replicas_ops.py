@@ -30,13 +30,14 @@ import attrs
 import httpx
 import pytest
 import trio
+import trio.testing
 
 from devyard.core.link import MOVE_OVERLAP
 from devyard.hostd.daemon import HostdConfig, serve_hostd
 from devyard.server.api.serve import BoundServer
 from devyard.server.bootstrap import bootstrap_organization
 from devyard.server.config import ConfigError, ListenAddress, ServerConfig, load_server_config
-from devyard.server.drain import ensure_replica_id
+from devyard.server.drain import Drain, ensure_replica_id
 from devyard.server.edge import HOST_TOKENS_FILE, create_host_token
 from devyard.server.serve import serve_server
 from devyard.server.store import open_store
@@ -200,6 +201,43 @@ async def test_a_lone_server_drains_its_host_and_stops_within_seconds(tmp_path: 
         assert took < MOVE_OVERLAP + 5, took
         print(f"a lone server drained and stopped in {took:.2f} s")
         stop_host.set()
+
+
+async def test_a_drain_waits_for_host_and_connector_links_but_not_for_peer_links(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Other replicas keep their peer links here open while idle: a drain that waited for them
+    would always run to its timeout. It ends when the hosts and connectors have moved."""
+    drain = Drain("d", timeout=30)
+    links = {kind: trio.Event() for kind in ("peer", "host", "connector")}
+
+    def link(kind: str) -> Any:
+        async def app(scope: Any, receive: Any, send: Any) -> None:
+            await links[kind].wait()
+
+        return partial(drain.guard_asgi(kind, app), {"type": "websocket"}, None, None)
+
+    done = trio.Event()
+
+    async def run() -> None:
+        await drain.run([])
+        done.set()
+
+    async with trio.open_nursery() as nursery:
+        for kind in links:
+            nursery.start_soon(link(kind))
+        await trio.testing.wait_all_tasks_blocked()
+        assert drain.link_counts() == {"connector": 1, "host": 1, "peer": 1}
+        nursery.start_soon(run)
+        await trio.sleep(5)
+        assert not done.is_set()  # a host and a connector still here
+        links["host"].set()
+        links["connector"].set()
+        with trio.fail_after(1):
+            await done.wait()
+        assert trio.current_time() < 6  # not the 30 s timeout
+        assert drain.link_counts() == {"peer": 1}  # ends with the process
+        links["peer"].set()
 
 
 # ---- the cluster ----------------------------------------------------------------------------
