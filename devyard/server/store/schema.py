@@ -24,6 +24,7 @@ from typing import Final
 import attrs
 
 from .database import Dialect
+from .instance_runs import RUN_STATEMENTS
 from .schema_cluster import CLUSTER_STATEMENTS
 
 __all__ = ["MIGRATIONS", "Migration"]
@@ -491,5 +492,10 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
         16,
         "instances: who created each (metadata.createdBy; the console's instance tables)",
         ("ALTER TABLE instances ADD COLUMN created_by TEXT",),
+    ),
+    Migration(
+        17,
+        "instances: timers, owner and order as rows (any replica ends or adopts them; c23timers)",
+        RUN_STATEMENTS,
     ),
 )
