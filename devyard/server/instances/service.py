@@ -48,7 +48,7 @@ from ..hosts import (
 from ..store import errors as store_errors
 from ..store import tokens
 from ..store.base import Instance, InstanceState, Organization, Platform, Store, TerminationReason
-from ..store.instance_runs import InstanceRunStore, Orphan
+from ..store.instance_runs import InstanceRunStore, Orphan, Owner
 from .durations import parse_duration
 from .lifecycle import IllegalTransition, LifecycleEvent, expected_for, next_state
 from .placement import NoCapacity, Placement, RegionInfo, place, preferred_region
@@ -131,9 +131,9 @@ class InstanceService(HostReports):
         self._runs: InstanceRunStore = store
         self._registry = registry
         self._shared = registry if isinstance(registry, SharedRegistry) else None
-        self.replica_id = (
-            self._shared.replica_id if self._shared is not None else f"local-{secrets.token_hex(4)}"
-        )
+        # this replica, and this run of its process: the owner of what it creates
+        replica_id = self._shared.replica_id if self._shared is not None else "local"
+        self.owner = Owner(replica_id, secrets.token_hex(8))
         self._events = events
         self._tunnels = tunnels
         self._activity = activity if activity is not None else Activity(clock)
@@ -157,7 +157,7 @@ class InstanceService(HostReports):
         self._sweeper = Sweeper(
             self._runs,
             self._activity,
-            replica_id=self.replica_id,
+            owner=self.owner,
             wall=self._wall,
             end=self._end,
             adopt=self._adopt,
@@ -165,7 +165,7 @@ class InstanceService(HostReports):
         )
 
     def __repr__(self) -> str:
-        return f"<InstanceService {self.replica_id}>"
+        return f"<InstanceService {self.owner.replica_id}>"
 
     # -- creating --------------------------------------------------------------------------
     async def create(
@@ -226,7 +226,7 @@ class InstanceService(HostReports):
                 max_live=max_live,
                 created_by=new.created_by,
                 with_rows=self._runs.rows_for_create(
-                    owner=self.replica_id,
+                    owner=self.owner,
                     inactivity_s=inactivity,
                     hard_at=None if hard == 0 else self._wall.now() + timedelta(seconds=hard),
                     order=order_fields,
@@ -499,7 +499,7 @@ class InstanceService(HostReports):
                 (instance.id, inactivity, None if hard == 0 else now + timedelta(seconds=hard))
             )
         # without an owner ("" is no replica) they are orphans: adopted below like any other
-        await self._runs.backfill_runs("", backfill)
+        await self._runs.backfill_runs(Owner("", ""), backfill)
         ready = [i.id for i in live if i.state is InstanceState.READY]
         await self._runs.start_idle(ready, now)  # (those whose period had not started)
         if self._shared is None:  # one server: its downtime does not count as inactivity

@@ -32,7 +32,7 @@ import trio
 from ..hosts import Activity
 from ..store import errors as store_errors
 from ..store.base import TerminationReason
-from ..store.instance_runs import DueReason, InstanceRunStore, Orphan
+from ..store.instance_runs import DueReason, InstanceRunStore, Orphan, Owner
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ class Sweeper:
         runs: InstanceRunStore,
         activity: Activity,
         *,
-        replica_id: str,
+        owner: Owner,
         wall: WallClock,
         end: Callable[[str, TerminationReason, str | None], Awaitable[object]],
         adopt: Callable[[Orphan], Awaitable[None]],
@@ -86,7 +86,7 @@ class Sweeper:
         replica won."""
         self._runs = runs
         self._activity = activity
-        self.replica_id = replica_id
+        self.owner = owner
         self._wall = wall
         self._end = end
         self._adopt = adopt
@@ -117,8 +117,8 @@ class Sweeper:
 
     async def sweep(self) -> tuple[bool, datetime | None]:
         """One pass; (whether a batch was full, the earliest deadline after now)."""
-        await self._flush()
-        now = self._wall.now()
+        now = self._wall.now()  # with the traffic seen until now (no await between)
+        await self._flush(self._unflushed())
         due, earliest = await self._runs.due_timers(now, BATCH)
         for item in due:
             reason = await self._runs.claim_due(item.instance_id, now)
@@ -128,15 +128,16 @@ class Sweeper:
                 await self._end(item.instance_id, _REASONS[reason], None)
             except store_errors.StoreError:
                 log.exception("could not end %s after its %s timeout", item.instance_id, reason)
-        orphans = await self._runs.orphans(self.replica_id, BATCH)
+        orphans = await self._runs.orphans(self.owner, BATCH)
         for orphan in orphans:
-            if not await self._runs.adopt(orphan.instance_id, orphan.owner, self.replica_id):
+            if not await self._runs.adopt(orphan.instance_id, orphan.owner, self.owner):
                 continue  # another replica adopted it
             log.warning(
-                "instance %s (%s): its replica %r is gone; adopted",
+                "instance %s (%s): its replica %r (run %s) is gone; adopted",
                 orphan.instance_id,
                 orphan.state,
-                orphan.owner,
+                orphan.owner.replica_id,
+                orphan.owner.run,
             )
             try:
                 await self._adopt(orphan)
@@ -144,12 +145,12 @@ class Sweeper:
                 log.exception("could not take over %s", orphan.instance_id)
         return len(due) >= BATCH or len(orphans) >= BATCH, earliest
 
-    async def _flush(self) -> None:
-        """Write the traffic seen here since the last pass into the idle deadlines."""
-        touches = {}
-        for instance_id, t in self._activity.items():
-            if self._flushed.get(instance_id) != t:
-                touches[instance_id] = t
+    def _unflushed(self) -> dict[str, float]:
+        return {i: t for i, t in self._activity.items() if self._flushed.get(i) != t}
+
+    async def _flush(self, touches: dict[str, float]) -> None:
+        """Write *touches* (the traffic seen here since the last pass) into the idle
+        deadlines."""
         if not touches:
             await trio.lowlevel.checkpoint()
             return

@@ -7,11 +7,12 @@ So nothing an instance needs lives only in one server replica's memory (docs/sca
   client traffic + inactivityTimeout) are absolute UTC deadlines. Any replica's sweeper finds
   the due ones and *claims* each with a conditional DELETE (the row goes only while it is still
   due): exactly one claimer wins, and only the winner ends the instance.
-- **The owner** is the replica that created (or adopted) the instance. An instance in
-  ``creating``/``assigned`` whose owner is neither the asking replica nor a live row of
-  ``cluster_replicas`` is an orphan; another replica adopts it with a conditional UPDATE of the
-  owner (exactly one wins). On the single-process path the table of replicas is empty, so
-  every row of an earlier run of the server is an orphan of the next one.
+- **The owner** is the replica that created (or adopted) the instance, and the run of its
+  process. An instance in ``creating``/``assigned`` is an orphan when its owner's replica is
+  not a live row of ``cluster_replicas``, or is the asking replica in an earlier run (restarted
+  under the same id); a replica adopts it with a conditional UPDATE of the owner (exactly one
+  wins). On the single-process path the table of replicas is empty, so every row of an
+  earlier run of the server is an orphan of the next one.
 - **Orders are rows**, written in the create transaction (`rows_for_create`), so a replica that
   holds the host's link reads the order by the instance id (a NOTIFY carries no more), and an
   adopter can hand the order on after its creator died.
@@ -39,6 +40,7 @@ __all__ = [
     "DueReason",
     "InstanceRunStore",
     "Orphan",
+    "Owner",
     "RunRows",
     "SqlInstanceRuns",
 ]
@@ -48,6 +50,7 @@ RUN_STATEMENTS: Final[tuple[str, ...]] = (
     CREATE TABLE instance_timers (
         instance_id  TEXT PRIMARY KEY REFERENCES instances (id) ON DELETE CASCADE,
         owner        TEXT NOT NULL,
+        owner_run    TEXT NOT NULL,
         inactivity_s INTEGER NOT NULL CHECK (inactivity_s >= 0),
         hard_at      {timestamp},
         idle_at      {timestamp}
@@ -82,9 +85,18 @@ class Due:
 
 
 @attrs.frozen
+class Owner:
+    """Who created (or adopted) an instance: a replica, and which run of its process (a
+    replica restarted under the same id is another run: what its memory held is lost)."""
+
+    replica_id: str
+    run: str
+
+
+@attrs.frozen
 class Orphan:
     instance_id: str
-    owner: str
+    owner: Owner
     state: str
 
 
@@ -93,7 +105,7 @@ class InstanceRunStore(Protocol):
     def rows_for_create(
         self,
         *,
-        owner: str,
+        owner: Owner,
         inactivity_s: int,
         hard_at: datetime | None,
         order: Mapping[str, Any],
@@ -103,7 +115,7 @@ class InstanceRunStore(Protocol):
         ...
 
     async def backfill_runs(
-        self, owner: str, instances: Iterable[tuple[str, int, datetime | None]]
+        self, owner: Owner, instances: Iterable[tuple[str, int, datetime | None]]
     ) -> int:
         """Timers for live instances that have none (made before migration 17, or by a
         create whose rows were not written): (id, inactivity_s, hard_at); how many."""
@@ -127,11 +139,12 @@ class InstanceRunStore(Protocol):
         reason to the one caller that won, else None."""
         ...
 
-    async def orphans(self, me: str, limit: int) -> list[Orphan]:
-        """Instances in creating/assigned whose owner is neither *me* nor a live replica."""
+    async def orphans(self, me: Owner, limit: int) -> list[Orphan]:
+        """Instances in creating/assigned owned by an earlier run of *me*, or by a replica
+        that is not live."""
         ...
 
-    async def adopt(self, instance_id: str, old_owner: str, me: str) -> bool:
+    async def adopt(self, instance_id: str, old_owner: Owner, me: Owner) -> bool:
         """Become the owner if *old_owner* still is (exactly one adopter wins)."""
         ...
 
@@ -150,7 +163,7 @@ class SqlInstanceRuns:
     def rows_for_create(
         self,
         *,
-        owner: str,
+        owner: Owner,
         inactivity_s: int,
         hard_at: datetime | None,
         order: Mapping[str, Any],
@@ -167,7 +180,7 @@ class SqlInstanceRuns:
         return write
 
     async def backfill_runs(
-        self, owner: str, instances: Iterable[tuple[str, int, datetime | None]]
+        self, owner: Owner, instances: Iterable[tuple[str, int, datetime | None]]
     ) -> int:
         wanted = list(instances)
 
@@ -266,25 +279,35 @@ class SqlInstanceRuns:
 
         return await self._db.write(claim)
 
-    async def orphans(self, me: str, limit: int) -> list[Orphan]:
+    async def orphans(self, me: Owner, limit: int) -> list[Orphan]:
         rows = await self._db.read(
             lambda tx: tx.fetchall(
-                "SELECT t.instance_id, t.owner, i.state FROM instance_timers t"
+                "SELECT t.instance_id, t.owner, t.owner_run, i.state FROM instance_timers t"
                 " JOIN instances i ON i.id = t.instance_id"
-                " WHERE i.state IN ('creating', 'assigned') AND t.owner <> :me"
-                " AND NOT EXISTS (SELECT 1 FROM cluster_replicas r"
-                " WHERE r.replica_id = t.owner AND r.expires_at > CURRENT_TIMESTAMP)"
+                " WHERE i.state IN ('creating', 'assigned')"
+                " AND NOT (t.owner = :me AND t.owner_run = :run)"
+                " AND (t.owner = :me OR NOT EXISTS (SELECT 1 FROM cluster_replicas r"
+                " WHERE r.replica_id = t.owner AND r.expires_at > CURRENT_TIMESTAMP))"
                 " ORDER BY t.instance_id LIMIT :limit",
-                {"me": me, "limit": limit},
+                {"me": me.replica_id, "run": me.run, "limit": limit},
             )
         )
-        return [Orphan(r["instance_id"], r["owner"], r["state"]) for r in rows]
+        return [
+            Orphan(r["instance_id"], Owner(r["owner"], r["owner_run"]), r["state"]) for r in rows
+        ]
 
-    async def adopt(self, instance_id: str, old_owner: str, me: str) -> bool:
+    async def adopt(self, instance_id: str, old_owner: Owner, me: Owner) -> bool:
         changed = await self._db.write(
             lambda tx: tx.execute(
-                "UPDATE instance_timers SET owner = :me WHERE instance_id = :id AND owner = :old",
-                {"id": instance_id, "old": old_owner, "me": me},
+                "UPDATE instance_timers SET owner = :me, owner_run = :run"
+                " WHERE instance_id = :id AND owner = :old AND owner_run = :old_run",
+                {
+                    "id": instance_id,
+                    "old": old_owner.replica_id,
+                    "old_run": old_owner.run,
+                    "me": me.replica_id,
+                    "run": me.run,
+                },
             )
         )
         return changed == 1
@@ -309,12 +332,19 @@ class SqlInstanceRuns:
 
 
 def _insert_timers(
-    tx: Tx, instance_id: str, owner: str, inactivity_s: int, hard_at: datetime | None
+    tx: Tx, instance_id: str, owner: Owner, inactivity_s: int, hard_at: datetime | None
 ) -> None:
     tx.execute(
-        "INSERT INTO instance_timers (instance_id, owner, inactivity_s, hard_at, idle_at)"
-        " VALUES (:id, :owner, :inactivity, :hard, NULL)",
-        {"id": instance_id, "owner": owner, "inactivity": inactivity_s, "hard": hard_at},
+        "INSERT INTO instance_timers"
+        " (instance_id, owner, owner_run, inactivity_s, hard_at, idle_at)"
+        " VALUES (:id, :owner, :run, :inactivity, :hard, NULL)",
+        {
+            "id": instance_id,
+            "owner": owner.replica_id,
+            "run": owner.run,
+            "inactivity": inactivity_s,
+            "hard": hard_at,
+        },
     )
 
 

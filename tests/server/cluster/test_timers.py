@@ -22,7 +22,7 @@ from devyard.server.store.base import (
     Store,
     TerminationReason,
 )
-from devyard.server.store.instance_runs import SqlInstanceRuns
+from devyard.server.store.instance_runs import Owner, SqlInstanceRuns
 from tests.polling import eventually, until
 from tests.server.cluster.conftest import FakeHost, link_host, open_replica
 
@@ -130,7 +130,10 @@ async def test_a_create_whose_replica_died_is_adopted(cluster_url: str) -> None:
                     token=f"dyi_orphan{len(orphans)}",
                     stream_token=f"dys_orphan{len(orphans)}",
                     with_rows=store.rows_for_create(
-                        owner="replica-dead", inactivity_s=600, hard_at=None, order=order
+                        owner=Owner("replica-dead", "run-1"),
+                        inactivity_s=600,
+                        hard_at=None,
+                        order=order,
                     ),
                 )
             )
