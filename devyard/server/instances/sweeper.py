@@ -3,8 +3,9 @@ rows (`store.instance_runs`), so any server replica can do it (docs/scale-out.md
 
 Theory of operation. Each pass (1) writes the client traffic this process saw since the last
 pass into the idle deadlines (`Activity` is per process: the edge's gateway records it where
-the request landed), (2) finds the due timers and *claims* each with a conditional DELETE
-(exactly one replica wins an instance, and only it ends the instance), and (3) adopts the
+the request landed), (2) finds the due timers and *claims* each with a conditional UPDATE
+(exactly one replica wins an instance, and only it ends the instance; a claim whose claimer
+died before the end runs out and is taken again), and (3) adopts the
 instances in ``creating``/``assigned`` whose owner (the replica that created them) is gone:
 a conditional UPDATE of the owner picks one adopter, which hands the stored order on (a
 create) or waits for the host as the owner did (assigned: the host's ready or failure, or

@@ -5,8 +5,10 @@ So nothing an instance needs lives only in one server replica's memory (docs/sca
 
 - **Timers are rows.** ``hard_at`` (creation + hardTimeout) and ``idle_at`` (ready or the last
   client traffic + inactivityTimeout) are absolute UTC deadlines. Any replica's sweeper finds
-  the due ones and *claims* each with a conditional DELETE (the row goes only while it is still
-  due): exactly one claimer wins, and only the winner ends the instance.
+  the due ones and *claims* each with a conditional UPDATE (``claimed_until``, set only while
+  the timer is due and unclaimed): exactly one claimer wins, and only the winner ends the
+  instance, which deletes the row. A claimer that died (or failed to end it) leaves a claim
+  that runs out after ``CLAIM_S``, and the next sweep claims it again.
 - **The owner** is the replica that created (or adopted) the instance, and the run of its
   process. An instance in ``creating``/``assigned`` is an orphan when its owner's replica is
   not a live row of ``cluster_replicas``, or is the asking replica in an earlier run (restarted
@@ -35,6 +37,7 @@ import attrs
 from .database import Database, Tx, as_datetime
 
 __all__ = [
+    "CLAIM_S",
     "RUN_STATEMENTS",
     "Due",
     "DueReason",
@@ -53,7 +56,8 @@ RUN_STATEMENTS: Final[tuple[str, ...]] = (
         owner_run    TEXT NOT NULL,
         inactivity_s INTEGER NOT NULL CHECK (inactivity_s >= 0),
         hard_at      {timestamp},
-        idle_at      {timestamp}
+        idle_at      {timestamp},
+        claimed_until {timestamp}
     )
     """,
     "CREATE INDEX instance_timers_by_hard ON instance_timers (hard_at)",
@@ -70,7 +74,10 @@ RUN_STATEMENTS: Final[tuple[str, ...]] = (
 #: what `create_instance` runs in its transaction after the insert: (tx, the new id) -> None
 RunRows = Callable[[Tx, str], None]
 
-_DUE: Final = "(hard_at <= :now OR idle_at <= :now)"
+CLAIM_S: Final = 60  # seconds a claim on a due timer holds before another replica may retry
+_DUE: Final = (
+    "(hard_at <= :now OR idle_at <= :now) AND (claimed_until IS NULL OR claimed_until <= :now)"
+)
 
 
 class DueReason(enum.StrEnum):
@@ -135,8 +142,9 @@ class InstanceRunStore(Protocol):
         ...
 
     async def claim_due(self, instance_id: str, now: datetime) -> DueReason | None:
-        """Take the due timer of *instance_id* (deleting its row) if it is still due: the
-        reason to the one caller that won, else None."""
+        """Claim the due timer of *instance_id* (for ``CLAIM_S``) if it is still due and
+        unclaimed: the reason to the one caller that won, else None. Ending the instance
+        deletes the row (`forget_run`)."""
         ...
 
     async def orphans(self, me: Owner, limit: int) -> list[Orphan]:
@@ -272,8 +280,9 @@ class SqlInstanceRuns:
             if row is None:
                 return None
             won = tx.execute(
-                "DELETE FROM instance_timers WHERE instance_id = :id AND " + _DUE,  # noqa: S608
-                {"id": instance_id, "now": now},
+                "UPDATE instance_timers SET claimed_until = :until"  # noqa: S608
+                " WHERE instance_id = :id AND " + _DUE,
+                {"id": instance_id, "now": now, "until": now + timedelta(seconds=CLAIM_S)},
             )
             return _reason(row, now) if won == 1 else None
 

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 from devyard.server.store import Store
 from devyard.server.store.base import Instance, InstanceState, Platform
-from devyard.server.store.instance_runs import DueReason, Owner, SqlInstanceRuns
+from devyard.server.store.instance_runs import CLAIM_S, DueReason, Owner, SqlInstanceRuns
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 ME = Owner("local", "run-2")
@@ -67,6 +67,10 @@ async def test_timers_are_claimed_once_and_traffic_moves_only_started_idle_deadl
     assert await store.claim_due(idle.id, now) is None, "no longer due"
     await store.forget_run(idle.id)
     assert await store.stored_order(idle.id) is None
+    later = now + timedelta(seconds=CLAIM_S)  # the claimer died before ending it
+    assert [d.instance_id for d in (await store.due_timers(later, 10))[0]] == [hard.id]
+    assert await store.claim_due(hard.id, later) is DueReason.HARD
+    await store.forget_run(hard.id)  # ended: the row goes
     assert await store.due_timers(T0 + timedelta(days=1), 10) == ([], None)
 
 
