@@ -171,6 +171,10 @@ class Activity:
     def forget(self, instance_id: str) -> None:
         self._last.pop(instance_id, None)
 
+    def items(self) -> list[tuple[str, float]]:
+        """(instance id, last traffic) of every instance with traffic recorded."""
+        return list(self._last.items())
+
 
 @attrs.frozen
 class InstanceAccess:

@@ -18,7 +18,9 @@ Theory of operation (docs/scale-out.md).
   never double-book a host, and `release` gives it back when the instance ends.
 - **Orders travel to the holder.** `start_instance` / `stop_instance` for a host linked here
   go on the local link; for a host linked to another replica they travel as an ``order``
-  event to it, and a start waits (``order_timeout_s``) for the holder's ``order_done``.
+  event to it, and a start waits (``order_timeout_s``) for the holder's ``order_done``. An
+  order too large for a NOTIFY (spec and initial assets) names only its instance: the holder
+  reads the order its create stored in the same transaction (`load_order`).
 - **Instance changes fan out.** The instances service reports each state change
   (`instance_changed`); other replicas hand it to their service (`on_instance_changed`), so
   a ``wait`` on the replica that created an instance sees the READY its host reported to
@@ -109,6 +111,8 @@ class ClusterHosts:
         self.replicas: ReplicaSet | None = None
         if replica_store is not None:
             self.replicas = ReplicaSet(replica_store, replica_id, config.advertise_url)
+        # the instances service's stored orders, for orders too large for a NOTIFY (serve.py)
+        self.load_order: Callable[[str], Awaitable[InstanceOrder | None]] | None = None
 
     def __repr__(self) -> str:
         return f"ClusterHosts({self.replica_id}, hosts={sorted(self._cache)})"
@@ -139,14 +143,7 @@ class ClusterHosts:
         pending = self._pending[order_id] = _Pending()
         try:
             try:
-                await self._bus.publish(
-                    Topic.ORDER,
-                    to=holder,
-                    op="start",
-                    host_id=host_id,
-                    order_id=order_id,
-                    order=attrs.asdict(order),
-                )
+                await self._publish_order(holder, host_id, order_id, order)
             except (PayloadTooLarge, StoreError) as exc:
                 raise HostUnavailableError(f"host {host_id} is on another replica: {exc}") from exc
             with trio.move_on_after(self._config.order_timeout_s):
@@ -158,6 +155,19 @@ class ClusterHosts:
                 await self.stop_instance(host_id, order.instance_id)
         if pending.error is not None:
             raise HostUnavailableError(f"host {host_id} (on replica {holder}): {pending.error}")
+
+    async def _publish_order(
+        self, holder: str, host_id: str, order_id: str, order: InstanceOrder
+    ) -> None:
+        """The order itself when it fits in a NOTIFY (no read on the holder); else only its
+        instance id, and the holder reads the order its create stored (`load_order`)."""
+        start = {"to": holder, "op": "start", "host_id": host_id, "order_id": order_id}
+        try:
+            await self._bus.publish(Topic.ORDER, **start, order=attrs.asdict(order))
+        except PayloadTooLarge:
+            if self.load_order is None:
+                raise
+            await self._bus.publish(Topic.ORDER, **start, instance_id=order.instance_id)
 
     async def stop_instance(self, host_id: str, instance_id: str) -> None:
         if self._linked_here(host_id):
@@ -450,7 +460,7 @@ class ClusterHosts:
                 return
             error: str | None = None
             try:
-                order = _order(fields["order"])
+                order = await self._order_of(fields)
                 await self._edge.start_instance(host_id, order)
                 # a host's registration handled after this must not end the instance
                 self._ordered_at[order.instance_id] = trio.current_time()
@@ -474,6 +484,19 @@ class ClusterHosts:
             log.warning("cluster: malformed order event from %s", event.sender)
         finally:
             self._order_slots.release()
+
+    async def _order_of(self, fields: dict[str, Any]) -> InstanceOrder:
+        """The order an ``order`` event carries, or the stored one it names."""
+        if "order" in fields or self.load_order is None:
+            return _order(fields["order"])
+        instance_id = str(fields["instance_id"])
+        try:
+            order = await self.load_order(instance_id)
+        except StoreError as exc:
+            raise HostUnavailableError(f"could not read the order of {instance_id}: {exc}") from exc
+        if order is None:
+            raise HostUnavailableError(f"no stored order for {instance_id} (it ended)")
+        return order
 
 
 async def _contained(fn: Callable[[], Awaitable[Any]], what: str) -> None:

@@ -107,7 +107,11 @@ async def run_cluster(  # noqa: PLR0917 - nursery.start passes arguments by posi
 
 
 def wire_service(registry: HostRegistry, service: object) -> None:
-    """Other replicas' instance changes go to *service* (``on_instance_changed``)."""
+    """Other replicas' instance changes go to *service* (``on_instance_changed``); orders
+    too large for a NOTIFY are read from it (``stored_order``)."""
+    if not isinstance(registry, ClusterHosts):
+        return
     handler = getattr(service, "on_instance_changed", None)
-    if isinstance(registry, ClusterHosts) and handler is not None:
+    if handler is not None:
         registry.on_instance_changed = handler
+    registry.load_order = getattr(service, "stored_order", None)

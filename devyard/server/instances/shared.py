@@ -14,6 +14,8 @@ __all__ = ["SharedRegistry"]
 
 @runtime_checkable
 class SharedRegistry(Protocol):
+    replica_id: str  # this replica (the owner of the instances it creates)
+
     async def reserve(self, key: str, host_ids: Sequence[str]) -> str | None:
         """A slot for *key* on the first of *host_ids* with room (moving *key*'s slot if it
         has one); the host, or None when none has room."""

@@ -33,6 +33,7 @@ import attrs
 from .accounts import AccountStore
 from .audit import AuditEvent
 from .billing import BillingStore
+from .instance_runs import RunRows
 
 __all__ = [
     "DEFAULT_SETTINGS",
@@ -549,9 +550,11 @@ class Store(AccountStore, BillingStore, Protocol):
         stream_token: str,
         max_live: int | None = None,
         created_by: str | None = None,
+        with_rows: RunRows | None = None,
     ) -> Instance:
         """A new instance in state ``creating``, id ``<platform>_<region>_<ulid>``;
-        `LimitReached` when *max_live* instances of the platform are live already."""
+        `LimitReached` when *max_live* instances of the platform are live already;
+        *with_rows* runs in the same transaction (`instance_runs.rows_for_create`)."""
 
     async def get_instance(self, instance_id: str, *, org_id: str | None = None) -> Instance:
         """``org_id`` limits the lookup to one organization (another's is NotFound)."""

@@ -26,6 +26,7 @@ from .base import (
 from .database import Database, Dialect, Row, Tx, as_datetime
 from .errors import Conflict, LimitReached, NotFound
 from .ids import new_ulid
+from .instance_runs import RunRows
 from .org_guard import require_live_organization
 from .usage import record_usage
 
@@ -117,6 +118,7 @@ class SqlInstances:
         stream_token: str,
         max_live: int | None = None,
         created_by: str | None = None,
+        with_rows: RunRows | None = None,
     ) -> Instance:
         instance = Instance(
             id=f"{platform.value}_{region}_{new_ulid()}",
@@ -174,6 +176,8 @@ class SqlInstances:
                     " VALUES (:id, :key, :value)",
                     {"id": instance.id, "key": key, "value": value},
                 )
+            if with_rows is not None:  # its timers and order (instance_runs), atomically
+                with_rows(tx, instance.id)
 
         await self._db.write(create)
         return instance

@@ -24,6 +24,7 @@ from typing import Final
 import attrs
 
 from .database import Dialect
+from .instance_runs import RUN_STATEMENTS
 from .schema_cluster import CLUSTER_STATEMENTS
 from .schema_host_tokens import HOST_TOKEN_STATEMENTS
 from .schema_quick import QUICK_DEADLINE_STATEMENTS
@@ -509,5 +510,10 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
         19,
         "cluster: quick tunnels' shared deletion deadlines (any replica deletes them; c23elect)",
         QUICK_DEADLINE_STATEMENTS,
+    ),
+    Migration(
+        20,
+        "instances: timers, owner and order as rows (any replica ends or adopts them; c23timers)",
+        RUN_STATEMENTS,
     ),
 )

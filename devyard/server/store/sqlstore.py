@@ -44,6 +44,7 @@ from .build_logs import SqlBuildLogs
 from .database import Database, Dialect, Row, Tx
 from .errors import NotFound
 from .ids import Kind, new_id
+from .instance_runs import SqlInstanceRuns
 from .instances import SqlInstances
 from .org_guard import require_live_organization
 from .rows import utc_now
@@ -114,6 +115,7 @@ class SqlStore(
     SqlBuildLogs,
     SqlBuildCache,
     SqlBilling,
+    SqlInstanceRuns,
 ):
     """The `base.Store` over a `Database`; obtain one with `open_store`."""
 

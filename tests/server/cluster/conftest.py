@@ -20,6 +20,7 @@ from devyard.core import ControlChannel, open_session
 from devyard.core.link import PROTO
 from devyard.server.cluster.bus import Bus, channel_name, open_bus
 from devyard.server.cluster.hosts import ClusterHosts
+from devyard.server.cluster.serve import wire_service
 from devyard.server.cluster.settings import ClusterConfig
 from devyard.server.cluster.tunnels import ClusterTunnels
 from devyard.server.edge import Edge
@@ -72,8 +73,10 @@ async def open_replica(
     config: ClusterConfig = MANUAL,
     tmp_path: Path | None = None,
     store: Store | None = None,
+    sweep_s: float = 5.0,
 ) -> AsyncIterator[Replica]:
-    """With *store*, a real `InstanceService` consumes the replica's host events."""
+    """With *store*, a real `InstanceService` consumes the replica's host events (its
+    sweeper passes at least every *sweep_s*)."""
     async with (
         open_postgres_database(url, max_connections=4) as db,
         open_connector_hub(cast(Any, None)) as hub,
@@ -117,8 +120,8 @@ async def open_replica(
             if store is None:
                 nursery.start_soon(consume)
             else:
-                replica.service = InstanceService(store, hosts, events=receive)
-                hosts.on_instance_changed = replica.service.on_instance_changed
+                replica.service = InstanceService(store, hosts, events=receive, sweep_s=sweep_s)
+                wire_service(hosts, replica.service)
                 await nursery.start(replica.service.run)
             await nursery.start(hosts.run)
             yield replica
