@@ -33,6 +33,7 @@ from bench._child import (
     run_with_lifeline,
 )
 from devyard.core import ControlChannel, open_session, open_transport
+from devyard.core._groups import leaves
 from devyard.core.upgrade import PrefixedStream, accept_upgrade
 from devyard.core.wsframe import accept_websocket, is_websocket_upgrade
 
@@ -92,6 +93,7 @@ async def _client(address: tuple[str, int], target: int, carrier: str) -> None:
     async def link(i: int) -> None:
         while True:  # as a connector does: a link that ends is dialled again
             registered = False
+            reason = "the session ended"
             try:
                 async with AsyncExitStack() as stack:
                     # until registered: a link the server has not taken yet waits in its
@@ -109,11 +111,13 @@ async def _client(address: tuple[str, int], target: int, carrier: str) -> None:
                     if ready[0] == target:
                         print(f"READY {target}", flush=True)
                     await session.wait_ended()
-            except* (*CONNECTION_ERRORS, trio.EndOfChannel):
-                pass
+                    reason = f"the session ended: {session.error}"
+            except* (*CONNECTION_ERRORS, trio.EndOfChannel) as group:
+                reason = "; ".join(repr(exc) for exc in leaves(group))
             if registered:
                 ready[0] -= 1
-            print(f"link {i} ended; dialling again", file=sys.stderr, flush=True)
+            state = "registered" if registered else "not registered"
+            print(f"link {i} ({state}) ended; dialling again: {reason}", file=sys.stderr)
 
     async with trio.open_nursery() as nursery:
         for i in range(target):
