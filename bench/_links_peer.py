@@ -41,17 +41,24 @@ from devyard.core.wsframe import accept_websocket, is_websocket_upgrade
 _DIALS_AT_ONCE = 64
 
 
+#: Collector thresholds with --freeze-every: Python's are (700, 10, 10).
+GC_THRESHOLDS = (50_000, 20, 100)
+
+
 class _Freezer:
-    """gc.freeze() each time `every` more links are up: what a link holds for its whole life
-    leaves the collector's generations, so a full collection does not walk every link again.
-    Without it, the full collections of a process holding thousands of links took seconds
-    each (4.6 s at 4,000 link pairs in one process at load 15), ever more often as links were
-    added, and links whose process stalled that long missed their keepalives (bench/README.md).
-    A link frozen and then ended leaks what only a reference cycle held: fine for a bench."""
+    """With `every` > 0: the collector's thresholds raised (GC_THRESHOLDS), and gc.freeze()
+    each time `every` more links are up, so what a link holds for its whole life leaves the
+    collector's generations. With Python's defaults, the full collections of a process holding
+    thousands of links took seconds each (4.6 s at 4,000 link pairs in one process at load
+    15), ever more often as links were added, and links whose process stalled that long
+    missed their keepalives (bench/README.md). A link frozen and then ended leaks what only a
+    reference cycle held: fine for a bench."""
 
     def __init__(self, every: int) -> None:
         self.every = every
         self._next = every
+        if every:
+            gc.set_threshold(*GC_THRESHOLDS)
 
     def link_up(self, count: int) -> None:
         if self.every and count >= self._next:
@@ -153,7 +160,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--links", type=int, required=True)
     parser.add_argument("--connect", help="client: the server's address")
     parser.add_argument("--carrier", choices=["tcp", "ws"], default="tcp")
-    parser.add_argument("--freeze-every", type=int, default=0, help="gc.freeze() per N links")
+    parser.add_argument(
+        "--freeze-every", type=int, default=0, help="raise gc thresholds, gc.freeze() per N links"
+    )
     args = parser.parse_args(argv)
     raise_fd_limit()
     freezer = _Freezer(args.freeze_every)

@@ -137,7 +137,11 @@ async def _main(carriers: list[str], links: int, idle: float, freeze_every: int)
         f"\nbench links: {links} idle links per carrier between two processes on loopback, "
         f"{idle:g} s of keepalives measured; open-file limit raised to {hard} in both "
         f"(resource.setrlimit); "
-        + (f"gc.freeze() every {freeze_every} links; " if freeze_every else "")
+        + (
+            f"gc thresholds raised, gc.freeze() every {freeze_every} links; "
+            if freeze_every
+            else ""
+        )
         + f"load average {load_before:.1f} before, {load_after:.1f} after\n"
     )
     print("carrier  setup s  server B/link  client B/link  server / client CPU-ms/s per 1000")
@@ -196,7 +200,8 @@ def main(argv: list[str]) -> int:
         "--freeze-every",
         type=int,
         default=1000,
-        help="both processes gc.freeze() each time this many more links are up (0: never)",
+        help="both processes raise the collector's thresholds and gc.freeze() each time this "
+        "many more links are up (0: Python's default collector settings)",
     )
     args = parser.parse_args(argv)
     links = args.links or (1000 if args.quick else 10_000)
