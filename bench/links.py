@@ -49,7 +49,9 @@ async def _wait_for(child: Any, prefix: str, budget: float) -> None:
             pass
 
 
-async def measure(carrier: str, links: int, idle: float, logdir: Path) -> dict[str, Any]:
+async def measure(
+    carrier: str, links: int, idle: float, logdir: Path, freeze_every: int
+) -> dict[str, Any]:
     py = sys.executable
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in [str(REPO), env.get("PYTHONPATH", "")] if p)
@@ -58,7 +60,16 @@ async def measure(carrier: str, links: int, idle: float, logdir: Path) -> dict[s
         server = await stack.enter_async_context(
             spawn(
                 f"links-server-{carrier}",
-                [py, "-m", peer, "server", "--links", str(links)],
+                [
+                    py,
+                    "-m",
+                    peer,
+                    "server",
+                    "--links",
+                    str(links),
+                    "--freeze-every",
+                    str(freeze_every),
+                ],
                 logdir=logdir,
                 cwd=REPO,
                 env=env,
@@ -72,6 +83,7 @@ async def measure(carrier: str, links: int, idle: float, logdir: Path) -> dict[s
                 [
                     *(py, "-m", peer, "client", "--links", str(links), "--carrier", carrier),
                     *("--connect", f"{address[0]}:{address[1]}"),
+                    *("--freeze-every", str(freeze_every)),
                 ],
                 logdir=logdir,
                 cwd=REPO,
@@ -110,19 +122,27 @@ async def measure(carrier: str, links: int, idle: float, logdir: Path) -> dict[s
     }
 
 
-async def _main(carriers: list[str], links: int, idle: float) -> int:
+async def _main(carriers: list[str], links: int, idle: float, freeze_every: int) -> int:
     load_before = os.getloadavg()[0]
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="devyard-bench-links-") as tmp:
         for carrier in carriers:
             print(f"# {carrier}: {links} links, {idle:g} s idle", file=sys.stderr)
-            results[carrier] = await measure(carrier, links, idle, Path(tmp))
+            results[carrier] = await measure(carrier, links, idle, Path(tmp), freeze_every)
+            # at once, so a carrier measured is not lost if a later one fails
+            print(f"# {carrier}: {json.dumps(results[carrier])}", file=sys.stderr, flush=True)
     load_after = os.getloadavg()[0]
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     print(
         f"\nbench links: {links} idle links per carrier between two processes on loopback, "
         f"{idle:g} s of keepalives measured; open-file limit raised to {hard} in both "
-        f"(resource.setrlimit); load average {load_before:.1f} before, {load_after:.1f} after\n"
+        f"(resource.setrlimit); "
+        + (
+            f"gc thresholds raised, gc.freeze() every {freeze_every} links; "
+            if freeze_every
+            else ""
+        )
+        + f"load average {load_before:.1f} before, {load_after:.1f} after\n"
     )
     print("carrier  setup s  server B/link  client B/link  server / client CPU-ms/s per 1000")
     for carrier, r in results.items():
@@ -152,7 +172,12 @@ async def _main(carriers: list[str], links: int, idle: float) -> int:
                 "bench": "links",
                 "results": results,
                 "targets": targets,
-                "config": {"links": links, "idle_s": idle, "nofile": hard},
+                "config": {
+                    "links": links,
+                    "idle_s": idle,
+                    "nofile": hard,
+                    "freeze_every": freeze_every,
+                },
                 "load_average": [round(load_before, 2), round(load_after, 2)],
             },
             separators=(",", ":"),
@@ -171,6 +196,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--links", type=int, help="links per carrier (default 10,000)")
     parser.add_argument("--idle", type=float, help="seconds of keepalives measured (default 25)")
     parser.add_argument("--carriers", default="tcp,ws", help="comma-separated: tcp, ws")
+    parser.add_argument(
+        "--freeze-every",
+        type=int,
+        default=1000,
+        help="both processes raise the collector's thresholds and gc.freeze() each time this "
+        "many more links are up (0: Python's default collector settings)",
+    )
     args = parser.parse_args(argv)
     links = args.links or (1000 if args.quick else 10_000)
     idle = args.idle or (12.0 if args.quick else 25.0)
@@ -178,7 +210,7 @@ def main(argv: list[str]) -> int:
     if any(c not in ("tcp", "ws") for c in carriers):
         parser.error("carriers are tcp and ws")
     try:
-        return trio.run(_main, carriers, links, idle)
+        return trio.run(_main, carriers, links, idle, args.freeze_every)
     except* KeyboardInterrupt:
         pass
     print("bench links: interrupted; helper processes ended", file=sys.stderr)

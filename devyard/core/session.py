@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-`open_session(transport, client=...)` runs three background tasks in a nursery it owns:
+`open_session(transport, client=...)` runs two background tasks in a nursery it owns:
 
 * the **reader**, the only task that reads the transport: it feeds bytes to the pure
   FrameDecoder (payloads are views of what was read, a payload cut by a read comes in pieces)
@@ -17,8 +17,12 @@ Theory of operation
   frames (a WebSocket message then carries whole frames). FIN
   travels with the data so it never overtakes it. Woken with little pending, it lets the
   tasks already runnable take two turns first, so frames queued together share one write.
-* the **keepalive**: PING after `keepalive_interval` without inbound frames, the session is
-  dead after `dead_after`; it also resets streams whose peer never finished closing them.
+  It also keeps the session alive: while it waits for frames to send, the deadline of its
+  wait is the next keepalive tick (`_tick`): PING after `keepalive_interval` without inbound
+  frames (the accepting side waits half an interval longer, so on an idle link only the
+  dialling side's PINGs cross), the session is dead after `dead_after`, and streams whose
+  peer never finished closing them are reset. (A task of its own for this cost an idle link
+  ~3 KB: bench links.)
 
 Senders never touch the transport: they append to the outbound queue, which is bounded by
 `max_outbound_buffer` (senders park when it is full), and wake the writer.
@@ -34,8 +38,9 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
+from types import TracebackType
 from typing import Final
 
 import attrs
@@ -102,11 +107,11 @@ class SessionStatistics:
 class Session:
     """One multiplexed session. Create it with `open_session()`, never directly."""
 
-    # slots: an idle link holds one session and its control stream (bench links)
+    # slots: an idle link holds one session and its control stream (bench links); the
+    # parking lots and events that idle links seldom use are created on first use
     __slots__ = (
         "_accept_lot",
         "_accept_queue",
-        "_background",
         "_background_cancelled",
         "_bytes_received",
         "_bytes_sent",
@@ -124,13 +129,17 @@ class Session:
         "_next_id",
         "_outbound",
         "_outbound_lot",
+        "_ping_after",
         "_ping_ids",
         "_pings",
+        "_reader_scope",
         "_slot_lot",
         "_streams",
         "_transport",
         "_writer_done",
+        "_writer_done_event",
         "_writer_lot",
+        "_writer_scope",
         "client",
         "config",
         "error",
@@ -155,8 +164,8 @@ class Session:
         self._streams: dict[int, MuxStream] = {}
         # lists, not deques: an empty deque takes 760 bytes, and an idle link has three
         self._accept_queue: list[MuxStream] = []
-        self._accept_lot = ParkingLot()
-        self._slot_lot = ParkingLot()
+        self._accept_lot: ParkingLot | None = None
+        self._slot_lot: ParkingLot | None = None
         self._lingering: list[tuple[float, MuxStream]] = []
         self._granted_extra = 0  # window growth granted beyond the initial windows
         # outbound
@@ -164,13 +173,20 @@ class Session:
         self._data: list[tuple[bytes, bytes | memoryview]] = []
         self._outbound = 0
         self._writer_lot = ParkingLot()
-        self._outbound_lot = ParkingLot()
-        self._writer_done = trio.Event()
-        # liveness
+        self._outbound_lot: ParkingLot | None = None
+        self._writer_done = False
+        self._writer_done_event: trio.Event | None = None
+        # liveness: the accepting side waits half an interval longer before it pings (never
+        # past halfway to dead_after), so the dialling side's PING, answered, keeps both alive
+        # and one PING and its ACK cross per interval on an idle link instead of two of each
+        interval = config.keepalive_interval
+        self._ping_after = (
+            interval if client else min(1.5 * interval, (interval + config.dead_after) / 2)
+        )
         self._last_inbound = trio.current_time()
         self._last_ping_sent = -math.inf
-        self._ping_ids = itertools.count(1)
-        self._pings: dict[int, trio.Event] = {}
+        self._ping_ids: itertools.count[int] | None = None
+        self._pings: dict[int, trio.Event] | None = None
         self.rtt: float | None = None
         # ending
         self.local_go_away: int | None = None
@@ -178,9 +194,10 @@ class Session:
         self.error: BaseException | None = None
         self._ended = False
         self._closed_by_us = False
-        self._ended_event = trio.Event()
+        self._ended_event: trio.Event | None = None
         # one cancel scope per background task (no task and nursery of their own to hold them)
-        self._background: list[trio.CancelScope] | None = None
+        self._reader_scope: trio.CancelScope | None = None
+        self._writer_scope: trio.CancelScope | None = None
         self._background_cancelled = False
         self._bytes_sent = 0
         self._bytes_received = 0
@@ -198,7 +215,7 @@ class Session:
         while len(self._streams) >= self.config.max_streams:
             self._raise_if_ended()
             blocked = True
-            await self._slot_lot.park()
+            await self._slot_parking().park()
         self._raise_if_ended()
         if self.local_go_away is not None or self.remote_go_away is not None:
             code = self.remote_go_away if self.remote_go_away is not None else self.local_go_away
@@ -236,6 +253,8 @@ class Session:
             if self.remote_go_away is not None:
                 raise trio.EndOfChannel
             blocked = True
+            if self._accept_lot is None:
+                self._accept_lot = ParkingLot()
             await self._accept_lot.park()
         stream = self._accept_queue.pop(0)
         if not self._ended and stream.state is not StreamState.RESET:
@@ -259,16 +278,20 @@ class Session:
     async def ping(self) -> float:
         """Round-trip time of one PING, in seconds."""
         self._raise_if_ended()
+        if self._ping_ids is None or self._pings is None:
+            self._ping_ids = itertools.count(1)
+            self._pings = {}
         opaque = next(self._ping_ids) & 0xFFFF_FFFF
         answered = trio.Event()
-        self._pings[opaque] = answered
+        pings = self._pings
+        pings[opaque] = answered
         started = trio.current_time()
         try:
             self._queue_control(encode_ping(_SYN, opaque))
             self._last_ping_sent = started
             await answered.wait()
         finally:
-            self._pings.pop(opaque, None)
+            pings.pop(opaque, None)
         self._raise_if_ended()
         self.rtt = trio.current_time() - started
         return self.rtt
@@ -279,7 +302,7 @@ class Session:
             return
         self.local_go_away = int(code)
         self._queue_control(encode_go_away(int(code)))
-        self._accept_lot.unpark_all()
+        _unpark_all(self._accept_lot)
 
     async def drain(self) -> None:
         """GO_AWAY, then wait until every stream has finished (bound it with a cancel scope)."""
@@ -289,11 +312,16 @@ class Session:
     async def wait_streams(self, at_most: int) -> None:
         """Until at most *at_most* streams are open, or the session ended."""
         while len(self._streams) > at_most and not self._ended:
-            await self._slot_lot.park()
+            await self._slot_parking().park()
         await checkpoint()
 
     async def wait_ended(self) -> None:
         """Return once the session has ended, for whatever reason (see `error`)."""
+        if self._ended:
+            await checkpoint()
+            return
+        if self._ended_event is None:
+            self._ended_event = trio.Event()
         await self._ended_event.wait()
 
     @property
@@ -321,40 +349,39 @@ class Session:
         if not self._ended:
             self.go_away_nowait(code)
             self._end(None, flush=True)
-            if self._background is not None:  # the writer runs: let it flush, briefly
+            if self._writer_scope is not None and not self._writer_done:
+                # the writer runs: let it flush, briefly
+                self._writer_done_event = done = trio.Event()
                 with trio.move_on_after(self.config.close_grace, shield=True):
-                    await self._writer_done.wait()
+                    await done.wait()
         self._cancel_background()
         await trio.aclose_forcefully(self._transport)
 
     # ---- background tasks -------------------------------------------------------------------
 
     def _start(self, nursery: trio.Nursery) -> None:
-        """Start the three background tasks in *nursery* (open_session's own: no task and
-        nursery in between, which an idle link would pay for in memory)."""
-        self._background = []
-        for task in (self._reader, self._writer, self._keepalive):
-            nursery.start_soon(self._in_background, task)
-
-    async def _in_background(self, task: Callable[[], Awaitable[None]]) -> None:
-        scope = trio.CancelScope()
-        assert self._background is not None
-        self._background.append(scope)
-        if self._background_cancelled:
-            scope.cancel()
-        with scope:
-            await task()
+        """Start the two background tasks in *nursery* (open_session's own: no task and
+        nursery in between, which an idle link would pay for in memory), each in a cancel
+        scope of its own."""
+        self._reader_scope = trio.CancelScope()
+        self._writer_scope = trio.CancelScope()
+        nursery.start_soon(self._reader, self._reader_scope)
+        nursery.start_soon(self._writer, self._writer_scope)
 
     def _cancel_background(self) -> None:
         self._background_cancelled = True
-        for scope in self._background or ():
-            scope.cancel()
+        for scope in (self._reader_scope, self._writer_scope):
+            if scope is not None:
+                scope.cancel()
 
-    async def _reader(self) -> None:
+    async def _reader(self, scope: trio.CancelScope) -> None:
+        with scope:
+            await self._read()
+
+    async def _read(self) -> None:
         receive_some = self._transport.receive_some
         read_size = self.config.read_size
-        feed = self._decoder.feed
-        dispatch = self._dispatch
+        take = self._take_chunk
         try:
             while not self._ended:
                 data = await receive_some(read_size)
@@ -365,50 +392,84 @@ class Session:
                     else:
                         self._end(None)  # it said GO_AWAY first: a clean end
                     return
-                self._last_inbound = trio.current_time()
-                self._bytes_received += len(data)
-                for frame in feed(data):
-                    dispatch(frame)
+                take(data)
+                del data  # not kept (nor views of it) while the next read waits
         except ProtocolError as exc:
             self._end(exc, go_away=exc.code)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             self._end(SessionBrokenError(f"transport failed: {exc!r}"))
 
-    async def _writer(self) -> None:
+    def _take_chunk(self, data: bytes | bytearray) -> None:
+        self._last_inbound = trio.current_time()
+        self._bytes_received += len(data)
+        dispatch = self._dispatch
+        for frame in self._decoder.feed(data):
+            dispatch(frame)
+
+    async def _writer(self, scope: trio.CancelScope) -> None:
         send = piece_sender(self._transport)
         write_timeout = self.config.write_timeout
-        # One scope for every write, its deadline armed only while a write is under way: a
-        # fresh move_on_after per write cost as much as the rest of a small write's bookkeeping.
-        write_scope = trio.CancelScope()
+        writer_lot = self._writer_lot
+        # One scope at a time for the writer's writes and waits: its deadline is the write
+        # timeout while a write is under way and the next keepalive tick while it waits for
+        # frames (a fresh move_on_after per write cost as much as the rest of a small write's
+        # bookkeeping). A passed deadline ends the scope: a tick then runs, and a new scope.
+        self._tick()
+        tick_at = self._next_tick()
         try:
-            with write_scope:
-                while True:
-                    if not self._control and not self._data:
-                        if self._ended:
-                            break
-                        await self._writer_lot.park()
-                        for _ in range(_COALESCE_ROUNDS):
-                            if self._outbound >= _COALESCE_BELOW:
+            while not self._ended or self._control or self._data:
+                writing = False
+                with scope:
+                    while True:
+                        if not self._control and not self._data:
+                            if self._ended:
                                 break
-                            await cancel_shielded_checkpoint()
-                        continue
-                    batch, size, data_bytes = self._next_batch()
-                    write_scope.deadline = trio.current_time() + write_timeout
-                    await send(batch)
-                    write_scope.deadline = math.inf
-                    self._bytes_sent += size
-                    if data_bytes:
-                        self._outbound -= data_bytes
-                        self._outbound_lot.unpark_all()
-            if write_scope.cancelled_caught:
-                self._end(SessionBrokenError("a transport write timed out"))
+                            # as of now: what arrived since (a PING) may put it off
+                            tick_at = scope.deadline = self._next_tick()
+                            await writer_lot.park()
+                            for _ in range(_COALESCE_ROUNDS):
+                                if self._outbound >= _COALESCE_BELOW:
+                                    break
+                                await cancel_shielded_checkpoint()
+                            continue
+                        if scope.cancel_called:
+                            break  # a tick came due while we were woken: it goes first
+                        batch, size, data_bytes = self._next_batch()
+                        scope.deadline = trio.current_time() + write_timeout
+                        writing = True
+                        await send(batch)
+                        writing = False
+                        del batch  # not kept while the writer waits
+                        self._bytes_sent += size
+                        if data_bytes:
+                            self._outbound -= data_bytes
+                            _unpark_all(self._outbound_lot)
+                        if trio.current_time() >= tick_at:  # writing without a pause
+                            self._tick()
+                            tick_at = self._next_tick()
+                if not self._tick_due(scope, writing=writing):
+                    break
+                self._tick()
+                tick_at = self._next_tick()
+                scope = self._writer_scope = trio.CancelScope()
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
             self._end(SessionBrokenError(f"transport failed: {exc!r}"))
         finally:
-            self._writer_done.set()
+            self._writer_done = True
+            if self._writer_done_event is not None:
+                self._writer_done_event.set()
             with trio.CancelScope(shield=True):
                 await trio.aclose_forcefully(self._transport)
             self._cancel_background()
+
+    def _tick_due(self, scope: trio.CancelScope, *, writing: bool) -> bool:
+        """Why the writer's scope ended: True for a keepalive tick (the writer goes on)."""
+        if self._background_cancelled:
+            return False
+        if writing:
+            self._end(SessionBrokenError("a transport write timed out"))
+            return False
+        return scope.cancel_called  # else the session ended and all is sent
 
     def _next_batch(self) -> tuple[list[bytes | memoryview], int, int]:
         """The next write: every control frame, then whole data frames up to _max_write.
@@ -438,36 +499,44 @@ class Session:
         del queue[:taken]  # once per write, not a pop per frame
         return batch, size, data_bytes
 
-    async def _keepalive(self) -> None:
-        interval = self.config.keepalive_interval
+    def _tick(self) -> None:
+        """The keepalive's work that is due now. Synchronous: it only queues frames and may
+        end the session. When the next is due: `_next_tick()`."""
+        now = trio.current_time()
         dead_after = self.config.dead_after
-        while not self._ended:
-            now = trio.current_time()
-            idle = now - self._last_inbound
-            if idle >= dead_after:
-                self._end(SessionBrokenError(f"no frames from the peer for {dead_after:g} s"))
-                return
-            if idle >= interval and now - self._last_ping_sent >= interval:
-                self._last_ping_sent = now
-                self._queue_control(encode_ping(_SYN, 0))
-            expired = 0
-            for when, stream in self._lingering:
-                if when > now:
-                    break
-                expired += 1
-                if stream.stream_id in self._streams:
-                    stream._send_rst()
-                    self._forget(stream)
-            del self._lingering[:expired]
-            wake = min(
-                self._last_inbound + interval
-                if idle < interval
-                else self._last_ping_sent + interval,
-                self._last_inbound + dead_after,
-                self._lingering[0][0] if self._lingering else math.inf,
-            )
-            with trio.move_on_at(wake):
-                await self._ended_event.wait()
+        if now - self._last_inbound >= dead_after:
+            self._end(SessionBrokenError(f"no frames from the peer for {dead_after:g} s"))
+            return
+        if now >= self._ping_at():
+            self._last_ping_sent = now
+            self._queue_control(encode_ping(_SYN, 0))
+        expired = 0
+        for when, stream in self._lingering:
+            if when > now:
+                break
+            expired += 1
+            if stream.stream_id in self._streams:
+                stream._send_rst()
+                self._forget(stream)
+        del self._lingering[:expired]
+
+    def _ping_at(self) -> float:
+        """When a keepalive PING is due: an interval after the last frame heard or PING sent.
+        A frame heard just after our PING was most likely its answer, which then does not put
+        the next PING off: one wake-up per interval, not two (bench links' CPU)."""
+        heard = self._last_inbound
+        sent = self._last_ping_sent
+        if heard - sent <= self._ping_after / 10:
+            heard = sent
+        return max(heard, sent) + self._ping_after
+
+    def _next_tick(self) -> float:
+        """When `_tick` has work next: the deadline of the writer's waits."""
+        return min(
+            self._ping_at(),
+            self._last_inbound + self.config.dead_after,
+            self._lingering[0][0] if self._lingering else math.inf,
+        )
 
     # ---- inbound frames ---------------------------------------------------------------------
 
@@ -514,21 +583,22 @@ class Session:
         stream = MuxStream(self, sid, opened_locally=False)
         self._streams[sid] = stream
         self._accept_queue.append(stream)
-        self._accept_lot.unpark()
+        if self._accept_lot is not None:
+            self._accept_lot.unpark()
         return stream
 
     def _on_ping(self, frame: Frame) -> None:
         if frame.flags & _SYN:
             self._queue_control(encode_ping(_ACK, frame.length))
-        elif frame.flags & _ACK:
+        elif frame.flags & _ACK and self._pings is not None:
             waiter = self._pings.get(frame.length)
             if waiter is not None:
                 waiter.set()
 
     def _on_go_away(self, frame: Frame) -> None:
         self.remote_go_away = frame.length
-        self._accept_lot.unpark_all()
-        self._slot_lot.unpark_all()
+        _unpark_all(self._accept_lot)
+        _unpark_all(self._slot_lot)
         if frame.length in (GoAwayCode.PROTOCOL_ERROR, GoAwayCode.INTERNAL_ERROR):
             reason = GoAwayCode.describe(frame.length)
             self._end(SessionBrokenError(f"the peer went away with {reason}"))
@@ -573,7 +643,17 @@ class Session:
     def _forget(self, stream: MuxStream) -> None:
         if self._streams.pop(stream.stream_id, None) is not None:
             self._granted_extra -= stream._window_max - self.config.initial_window
-            self._slot_lot.unpark_all()
+            _unpark_all(self._slot_lot)
+
+    def _slot_parking(self) -> ParkingLot:
+        if self._slot_lot is None:
+            self._slot_lot = ParkingLot()
+        return self._slot_lot
+
+    def _outbound_parking(self) -> ParkingLot:
+        if self._outbound_lot is None:
+            self._outbound_lot = ParkingLot()
+        return self._outbound_lot
 
     def _linger(self, stream: MuxStream) -> None:
         self._lingering.append((trio.current_time() + _LINGER, stream))
@@ -602,12 +682,13 @@ class Session:
             if go_away is None:
                 self._control.clear()
             self._data.clear()
-        self._ended_event.set()
+        if self._ended_event is not None:
+            self._ended_event.set()
         self._writer_lot.unpark_all()
-        self._outbound_lot.unpark_all()
-        self._accept_lot.unpark_all()
-        self._slot_lot.unpark_all()
-        for waiter in self._pings.values():
+        _unpark_all(self._outbound_lot)
+        _unpark_all(self._accept_lot)
+        _unpark_all(self._slot_lot)
+        for waiter in (self._pings or {}).values():
             waiter.set()
         for stream in list(self._streams.values()):
             stream._on_session_end()
@@ -615,25 +696,60 @@ class Session:
             stream._on_session_end()
 
 
-@asynccontextmanager
-async def open_session(
+def _unpark_all(lot: ParkingLot | None) -> None:
+    if lot is not None:
+        lot.unpark_all()
+
+
+def open_session(
     transport: trio.abc.Stream,
     *,
     client: bool,
     config: SessionConfig = DEFAULT_CONFIG,
-) -> AsyncIterator[Session]:
+) -> AbstractAsyncContextManager[Session]:
     """Run a session over `transport` for the duration of the block; close it on exit.
 
     `client=True` opens odd stream ids, `client=False` even ones (as yamux). The transport is
     owned by the session from here on and closed when the block exits.
     """
-    session = Session(transport, client=client, config=config)
-    with collapse_single_group():
-        async with trio.open_nursery() as nursery:
-            try:
-                session._start(nursery)
-                yield session
-            finally:
-                with trio.CancelScope(shield=True):
-                    await session.aclose()
-                nursery.cancel_scope.cancel()
+    return _SessionBlock(Session(transport, client=client, config=config))
+
+
+class _SessionBlock(AbstractAsyncContextManager[Session]):
+    """open_session's block: a class, not an @asynccontextmanager, whose suspended generator
+    and context-manager objects each idle link would hold for its lifetime (~1 KB)."""
+
+    __slots__ = ("_nursery", "_nursery_manager", "_session")
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+        self._nursery_manager: AbstractAsyncContextManager[trio.Nursery] | None = None
+        self._nursery: trio.Nursery | None = None
+
+    async def __aenter__(self) -> Session:
+        manager = trio.open_nursery()
+        nursery = await manager.__aenter__()
+        self._nursery_manager, self._nursery = manager, nursery
+        self._session._start(nursery)
+        return self._session
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool | None:
+        manager, nursery = self._nursery_manager, self._nursery
+        assert manager is not None and nursery is not None
+        self._nursery_manager = self._nursery = None
+        try:
+            with trio.CancelScope(shield=True):
+                await self._session.aclose()
+        except BaseException as error:
+            nursery.cancel_scope.cancel()
+            with collapse_single_group():
+                await manager.__aexit__(type(error), error, error.__traceback__)
+            raise
+        nursery.cancel_scope.cancel()
+        with collapse_single_group():
+            return await manager.__aexit__(exc_type, exc, tb)

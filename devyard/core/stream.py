@@ -121,11 +121,12 @@ class MuxStream(trio.abc.HalfCloseableStream):
         self._window_max = window
         self._recv_window = window
         self._unacked = 0
-        self._recv_lot = ParkingLot()
+        # parking lots on first use: an idle link's control stream seldom needs both
+        self._recv_lot: ParkingLot | None = None
         self._recv_conflict = ConflictDetector("another task is receiving on this stream")
         # send side
         self._send_window = YAMUX_INITIAL_WINDOW
-        self._send_lot = ParkingLot()
+        self._send_lot: ParkingLot | None = None
         self._send_conflict = ConflictDetector("another task is sending on this stream")
         self.bytes_sent = 0
         self.bytes_received = 0
@@ -172,6 +173,8 @@ class MuxStream(trio.abc.HalfCloseableStream):
                     break
                 self._session._raise_if_ended()
                 blocked = True
+                if self._recv_lot is None:
+                    self._recv_lot = ParkingLot()
                 await self._recv_lot.park()
             if not blocked:
                 await cancel_shielded_checkpoint()
@@ -301,9 +304,11 @@ class MuxStream(trio.abc.HalfCloseableStream):
         while True:
             session = self._session
             if self._send_window == 0:
+                if self._send_lot is None:
+                    self._send_lot = ParkingLot()
                 await self._send_lot.park()
             elif not session._has_outbound_room():
-                await session._outbound_lot.park()
+                await session._outbound_parking().park()
             else:
                 return
             self._check_can_send()
@@ -352,9 +357,7 @@ class MuxStream(trio.abc.HalfCloseableStream):
             self._session._forget(self)
         else:
             self._session._linger(self)
-        self._recv_lot.unpark_all()
-        self._send_lot.unpark_all()
-        self._call_wake_hook()
+        self._wake_all()
         await checkpoint()
 
     # ---- session side: frames in ------------------------------------------------------------
@@ -368,7 +371,8 @@ class MuxStream(trio.abc.HalfCloseableStream):
         if flags & _FIN:
             self._state = transition(self._state, StreamEvent.RECV_FIN)
             self._answered = True
-            self._recv_lot.unpark_all()
+            if self._recv_lot is not None:
+                self._recv_lot.unpark_all()
             self._call_wake_hook()
             if self._state in _TERMINAL:
                 self._session._forget(self)
@@ -403,7 +407,8 @@ class MuxStream(trio.abc.HalfCloseableStream):
                 n -= taken
         self._buf.append(_unpinned(data))
         self._buffered += n
-        self._recv_lot.unpark()
+        if self._recv_lot is not None:
+            self._recv_lot.unpark()
         self._call_wake_hook()
 
     def _set_direct_sink(self, sink: DirectSink | None) -> None:
@@ -441,7 +446,8 @@ class MuxStream(trio.abc.HalfCloseableStream):
     def _on_window_update(self, delta: int) -> None:
         if delta:
             self._send_window += delta
-            self._send_lot.unpark_all()
+            if self._send_lot is not None:
+                self._send_lot.unpark_all()
 
     def _on_reset(self) -> None:
         self._state = transition(self._state, StreamEvent.RECV_RST)
@@ -457,8 +463,10 @@ class MuxStream(trio.abc.HalfCloseableStream):
         self._wake_all()
 
     def _wake_all(self) -> None:
-        self._recv_lot.unpark_all()
-        self._send_lot.unpark_all()
+        if self._recv_lot is not None:
+            self._recv_lot.unpark_all()
+        if self._send_lot is not None:
+            self._send_lot.unpark_all()
         self._call_wake_hook()
 
     # ---- frames out -------------------------------------------------------------------------
