@@ -29,6 +29,7 @@ from devyard.server.cluster import metrics
 from devyard.server.cluster.settings import ClusterConfig
 from devyard.server.config import ListenAddress, ServerConfig
 from devyard.server.edge import HOST_TOKENS_FILE, create_host_token
+from devyard.server.edge.peers import PeerConfig
 from devyard.server.serve import open_configured_store, serve_server
 from devyard.server.store.postgres import open_postgres_database
 from devyard.server.store.sql_cluster import SqlCluster
@@ -94,7 +95,11 @@ def _config(url: str, data_dir: Path, replica_id: str) -> ServerConfig:
             replica_ttl_s=5,
             refresh_s=1,
             advertise_url=f"http://127.0.0.1:{port}",
+            peer_url=f"http://127.0.0.1:{port}",
         ),
+        # one active connector in the cluster (the election): a device's egress on the other
+        # replica reaches it over a peer link
+        peers=PeerConfig(cluster_secret="two-links-cluster-secret"),
     )
 
 
