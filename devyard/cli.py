@@ -108,9 +108,10 @@ def _server_config(
 
 
 def _configure_logging(level: str, fmt: str) -> None:
-    from ._process import setup_logging  # noqa: PLC0415
+    from ._process import setup_logging, tune_collector  # noqa: PLC0415
 
     setup_logging(level, fmt=fmt)
+    tune_collector()
 
 
 def _run_server_command(args: argparse.Namespace, env: Mapping[str, str]) -> int:

@@ -59,7 +59,7 @@ def _secret(path: str | None, env: Mapping[str, str], env_name: str, what: str) 
 def _run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     import trio  # noqa: PLC0415
 
-    from .._process import setup_logging  # noqa: PLC0415
+    from .._process import setup_logging, tune_collector  # noqa: PLC0415
     from .link import ConnectorConfig  # noqa: PLC0415
     from .main import run_connector  # noqa: PLC0415
 
@@ -71,6 +71,7 @@ def _run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         )
         return _USAGE
     setup_logging(args.log_level, fmt=args.log_format)
+    tune_collector()
     config = ConnectorConfig(
         server_url=args.server,
         token=token,
@@ -85,7 +86,7 @@ def _run(args: argparse.Namespace, env: Mapping[str, str]) -> int:
 def _quick(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     import trio  # noqa: PLC0415
 
-    from .._process import setup_logging  # noqa: PLC0415
+    from .._process import setup_logging, tune_collector  # noqa: PLC0415
     from .link import ConnectorConfig  # noqa: PLC0415
     from .main import run_quick  # noqa: PLC0415
 
@@ -97,6 +98,7 @@ def _quick(args: argparse.Namespace, env: Mapping[str, str]) -> int:
         )
         return _USAGE
     setup_logging(args.log_level, fmt=args.log_format)
+    tune_collector()
     config = ConnectorConfig(
         server_url=args.server,
         token="",

@@ -53,7 +53,7 @@ def _parse_listen(text: str) -> tuple[str, int]:
 def _run_hostd(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     import trio  # noqa: PLC0415
 
-    from .._process import setup_logging  # noqa: PLC0415
+    from .._process import setup_logging, tune_collector  # noqa: PLC0415
     from ..core import tracing  # noqa: PLC0415
     from .browser import BrowserConfig  # noqa: PLC0415
     from .daemon import HostdConfig, run_hostd  # noqa: PLC0415
@@ -87,6 +87,7 @@ def _run_hostd(args: argparse.Namespace, env: Mapping[str, str]) -> int:
     emulator = None
     policy = NetPolicy(allow=parse_networks(args.allow_network))
     setup_logging(args.log_level, fmt=args.log_format)
+    tune_collector()
     try:  # optional device-request traces (docs/operations.md, "Tracing")
         tracing.enable_named(env.get(tracing.EXPORTER_ENV), tracing.HOSTD)
     except tracing.TracingError as exc:
