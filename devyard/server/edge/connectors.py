@@ -33,6 +33,9 @@ MockClock or a short grace.
 Replicas (docs/scale-out.md): with an ``election`` a connector becomes active only while this
 replica holds the tunnel's lock (`Election.acquire`, `take_over`; a lost lock: `demote_all`);
 with ``quick_deadlines`` a quick tunnel's deletion is a shared deadline, not a timer here.
+
+The per-link and per-tunnel state and the bounded sends are `hub_state`'s; the errors and
+hooks shared with callers are `hub_types`'s (re-exported here).
 """
 
 from __future__ import annotations
@@ -43,7 +46,6 @@ from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any, Final
 
-import attrs
 import trio
 
 from ...core import (
@@ -57,7 +59,7 @@ from ...core import (
     request_open,
 )
 from ...core.link import PROTO
-from ...core.selectors import SelectorError, SelectorHistory, parse_dest, parse_selectors
+from ...core.selectors import SelectorError, parse_dest
 from ...core.versions import SERVER_VERSION
 from ..store.base import Tunnel
 from ..store.rows import utc_now
@@ -71,6 +73,7 @@ from ..tunnels import (
 )
 from ._route import LinkRequest, Refusal, refuse_hello, serve_asgi_link, serve_upgraded_link
 from .asgi_stream import Receive, Send
+from .hub_state import Connector, TunnelEntry, send_quietly, send_within
 from .hub_types import (
     Election,
     QuickDeadlines,
@@ -97,7 +100,6 @@ __all__ = [
 DEFAULT_QUICK_GRACE: Final = 600.0
 DEFAULT_MAX_CONNECTORS: Final = 8
 _CLOSE_GRACE: Final = 2.0
-_SEND_BOUND: Final = 5.0  # seconds a connector gets to take a config or promote message
 _DAY: Final = 86400.0
 _GO_AWAY: Final = {
     EndReason.ROTATED: GoAwayCode.TOKEN_ROTATED,
@@ -105,42 +107,6 @@ _GO_AWAY: Final = {
     EndReason.EXPIRED: GoAwayCode.TOKEN_EXPIRED,
     EndReason.DELETED: GoAwayCode.TUNNEL_DELETED,
 }
-
-
-@attrs.define(eq=False)
-class _Connector:
-    info: ConnectorInfo
-    session: Session
-    control: ControlChannel
-    kicked: trio.Event = attrs.field(factory=trio.Event)
-    kick_code: int | None = None
-    clean_stop: bool = False
-    replacing: bool = False  # replicas: a --replace waiting for another replica's hand-over
-
-    def __repr__(self) -> str:
-        return f"<connector {self.info.id} {self.info.hostname}>"
-
-
-@attrs.define(eq=False)
-class _Tunnel:
-    tunnel: Tunnel
-    active: _Connector | None = None
-    standbys: list[_Connector] = attrs.field(factory=list)
-    cleanup: trio.CancelScope | None = None
-    handing_over_until: float = 0.0  # replicas: the lock goes to another replica's replacer
-    # Selector versions seen while the tunnel was held here: an instance attached with an
-    # older version keeps it (spec 4.6 rule 3).
-    selectors: SelectorHistory = attrs.field(factory=SelectorHistory)
-
-    def __attrs_post_init__(self) -> None:
-        self.learn(self.tunnel)
-
-    def learn(self, tunnel: Tunnel) -> None:
-        self.tunnel = tunnel
-        self.selectors.learn(tunnel.selector_version, parse_selectors(tunnel.selectors))
-
-    def connectors(self) -> list[_Connector]:
-        return ([self.active] if self.active is not None else []) + list(self.standbys)
 
 
 class ConnectorHub:
@@ -162,7 +128,7 @@ class ConnectorHub:
         self.quick_grace = quick_grace
         self._max_connectors = max_connectors
         self._now = now
-        self._tunnels: dict[str, _Tunnel] = {}  # by tunnel id
+        self._tunnels: dict[str, TunnelEntry] = {}  # by tunnel id
         self._by_name: dict[tuple[str, str], str] = {}  # (org id, name) -> tunnel id
         # called when the set of tunnels with an active connector here changes (the
         # cluster's registry of who holds what, docs/scale-out.md)
@@ -263,7 +229,7 @@ class ConnectorHub:
         entry.learn(tunnel)
         message = {"type": "config", "selectors": _selectors(tunnel)}
         for connector in entry.connectors():
-            await _send_within(connector, message)
+            await send_within(connector, message)
 
     async def on_tunnel_ended(self, tunnel: Tunnel, reason: EndReason) -> None:
         entry = self._tunnels.get(tunnel.id)
@@ -356,7 +322,7 @@ class ConnectorHub:
             await trio.aclose_forcefully(stream)
         return True
 
-    async def _open(self, entry: _Tunnel) -> trio.abc.Stream:
+    async def _open(self, entry: TunnelEntry) -> trio.abc.Stream:
         connector = entry.active
         if connector is None:
             raise TunnelUnavailable(f"tunnel {entry.tunnel.name!r} is offline")
@@ -367,7 +333,7 @@ class ConnectorHub:
                 f"tunnel {entry.tunnel.name!r}'s connector is going away"
             ) from None
 
-    def _forget(self, entry: _Tunnel) -> None:
+    def _forget(self, entry: TunnelEntry) -> None:
         tunnel = entry.tunnel
         if self._tunnels.get(tunnel.id) is entry:
             del self._tunnels[tunnel.id]
@@ -375,7 +341,7 @@ class ConnectorHub:
         if self._by_name.get(key) == tunnel.id:  # not a newer tunnel of the same name
             del self._by_name[key]
 
-    def _entry(self, org_id: str, name: str) -> _Tunnel | None:
+    def _entry(self, org_id: str, name: str) -> TunnelEntry | None:
         tunnel_id = self._by_name.get((org_id, name))
         return None if tunnel_id is None else self._tunnels.get(tunnel_id)
 
@@ -414,7 +380,7 @@ class ConnectorHub:
             message = f"expected a hello with proto {PROTO}"
             await refuse_hello(session, control, "protocol-unsupported", message)
             return
-        connector = _Connector(
+        connector = Connector(
             info=ConnectorInfo(
                 id=str(hello.get("id", ""))[:100],
                 hostname=str(hello.get("hostname", ""))[:255],
@@ -464,10 +430,10 @@ class ConnectorHub:
             with trio.move_on_after(_CLOSE_GRACE, shield=True):
                 await session.aclose(session.local_go_away or GoAwayCode.NORMAL)
 
-    def _register(self, tunnel: Tunnel) -> _Tunnel:
+    def _register(self, tunnel: Tunnel) -> TunnelEntry:
         entry = self._tunnels.get(tunnel.id)
         if entry is None:
-            entry = _Tunnel(tunnel)
+            entry = TunnelEntry(tunnel)
             self._tunnels[tunnel.id] = entry
             self._by_name[(tunnel.org_id, tunnel.name)] = tunnel.id
         else:  # the record read at authentication is the newest
@@ -477,7 +443,7 @@ class ConnectorHub:
             entry.cleanup = None
         return entry
 
-    async def _attach(self, entry: _Tunnel, connector: _Connector, *, replace: bool) -> str:
+    async def _attach(self, entry: TunnelEntry, connector: Connector, *, replace: bool) -> str:
         old = entry.active
         if old is None:
             # with replicas, only the holder of the tunnel's lock has an active connector;
@@ -503,7 +469,7 @@ class ConnectorHub:
         self._active_changed()
         return role
 
-    def _detach(self, entry: _Tunnel, connector: _Connector) -> None:
+    def _detach(self, entry: TunnelEntry, connector: Connector) -> None:
         if connector in entry.standbys:
             entry.standbys.remove(connector)
         self._step_down(entry, connector)
@@ -524,7 +490,7 @@ class ConnectorHub:
             entry.cleanup = trio.CancelScope()
             self._nursery.start_soon(self._quick_timer, entry, entry.cleanup)
 
-    def _step_down(self, entry: _Tunnel, connector: _Connector) -> None:
+    def _step_down(self, entry: TunnelEntry, connector: Connector) -> None:
         """*connector* stops being the active one; the oldest waiting standby takes over."""
         if entry.active is not connector:
             return
@@ -534,14 +500,14 @@ class ConnectorHub:
             self._promote(entry, waiting[0])
         self._active_changed()
 
-    def _handing_over(self, entry: _Tunnel) -> bool:
+    def _handing_over(self, entry: TunnelEntry) -> bool:
         return entry.handing_over_until > trio.current_time()
 
-    def _promote(self, entry: _Tunnel, promoted: _Connector) -> None:
+    def _promote(self, entry: TunnelEntry, promoted: Connector) -> None:
         entry.standbys.remove(promoted)
         entry.active = promoted
         log.info("tunnel %s: %r promoted to active", entry.tunnel.name, promoted)
-        self._nursery.start_soon(_send_within, promoted, {"type": "promote"})
+        self._nursery.start_soon(send_within, promoted, {"type": "promote"})
 
     async def drain(self) -> None:
         """This server drains: every connector is told to link again (``drain``,
@@ -549,15 +515,15 @@ class ConnectorHub:
         async with trio.open_nursery() as nursery:
             for entry in list(self._tunnels.values()):
                 for connector in entry.connectors():
-                    nursery.start_soon(_send_within, connector, {"type": "drain"})
+                    nursery.start_soon(send_within, connector, {"type": "drain"})
 
-    async def _kick(self, connector: _Connector, code: str, go_away: int, message: str) -> None:
+    async def _kick(self, connector: Connector, code: str, go_away: int, message: str) -> None:
         """A permanent end: ``error``, GO_AWAY, then the link's task closes the session.
         ``kicked`` is set last: the caller may be a task of that link (the expiry watch),
         which the event cancels."""
         connector.kick_code = go_away
         with trio.move_on_after(_CLOSE_GRACE):
-            await _send_quietly(
+            await send_quietly(
                 connector,
                 {"type": "error", "code": code, "message": message, "permanent": True},
             )
@@ -565,7 +531,7 @@ class ConnectorHub:
         connector.kicked.set()
 
     async def _receive_loop(
-        self, entry: _Tunnel, connector: _Connector, done: trio.CancelScope
+        self, entry: TunnelEntry, connector: Connector, done: trio.CancelScope
     ) -> None:
         try:
             while True:
@@ -585,7 +551,7 @@ class ConnectorHub:
             connector.clean_stop = True
         done.cancel()
 
-    async def _expiry_watch(self, entry: _Tunnel, connector: _Connector) -> None:
+    async def _expiry_watch(self, entry: TunnelEntry, connector: Connector) -> None:
         """Daily warnings from EXPIRY_WARNING before expiry; at expiry, the end."""
         while True:
             expires = entry.tunnel.token_expires_at
@@ -599,14 +565,14 @@ class ConnectorHub:
                 )
                 return
             if left <= EXPIRY_WARNING.total_seconds():
-                await _send_quietly(
+                await send_quietly(
                     connector, {"type": "token_expiry_warning", "expires_at": expires.isoformat()}
                 )
                 await trio.sleep(min(_DAY, left))
             else:
                 await trio.sleep(min(_DAY, left - EXPIRY_WARNING.total_seconds()))
 
-    async def _quick_timer(self, entry: _Tunnel, scope: trio.CancelScope) -> None:
+    async def _quick_timer(self, entry: TunnelEntry, scope: trio.CancelScope) -> None:
         with scope:
             await trio.sleep(self.quick_grace)
             if entry.connectors() or self._tunnels.get(entry.tunnel.id) is not entry:
@@ -632,22 +598,6 @@ class ConnectorHub:
 
 def _selectors(tunnel: Tunnel) -> dict[str, Any]:
     return {"version": tunnel.selector_version, "items": list(tunnel.selectors)}
-
-
-async def _send_within(connector: _Connector, message: dict[str, Any]) -> None:
-    """`_send_quietly`, bounded: a connector that does not read its control stream (a full
-    window) cannot hold up the tunnels service or the hub."""
-    with trio.move_on_after(_SEND_BOUND) as bounded:
-        await _send_quietly(connector, message)
-    if bounded.cancelled_caught:
-        log.warning("%r: %s not taken within %.0f s", connector, message.get("type"), _SEND_BOUND)
-
-
-async def _send_quietly(connector: _Connector, message: dict[str, Any]) -> None:
-    try:
-        await connector.control.send(message)
-    except (trio.BrokenResourceError, trio.ClosedResourceError):
-        log.info("%r: link broke while sending %s", connector, message.get("type"))
 
 
 @asynccontextmanager
