@@ -22,7 +22,7 @@ Theory of operation
   frames (the accepting side waits half an interval longer, so on an idle link only the
   dialling side's PINGs cross), the session is dead after `dead_after`, and streams whose
   peer never finished closing them are reset. (A task of its own for this cost an idle link
-  ~3 KB: bench links.)
+  ~3 KB: bench links.) The writer, its batching and the keepalive are in _session_writer.py.
 
 Senders never touch the transport: they append to the outbound queue, which is bounded by
 `max_outbound_buffer` (senders park when it is full), and wake the writer.
@@ -59,37 +59,25 @@ from ._errors import (
     SessionGoneAwayError,
 )
 from ._groups import collapse_single_group
+from ._session_writer import SessionWriter, unpark_all
 from .codec import (
     FrameDecoder,
-    encode_data_header,
     encode_go_away,
     encode_ping,
-    encode_window_update,
 )
 from .config import DEFAULT_CONFIG, SessionConfig
 from .frames import HEADER_SIZE, MAX_STREAM_ID, Flag, Frame, FrameType, GoAwayCode
 from .state import StreamState
 from .stream import YAMUX_INITIAL_WINDOW, MuxStream
 from .transports import MessageStream
-from .vectored import piece_sender
 
 __all__ = ["Session", "SessionStatistics", "open_session"]
 
 _SYN: Final = int(Flag.SYN)
 _ACK: Final = int(Flag.ACK)
-_FIN: Final = int(Flag.FIN)
 _RST: Final = int(Flag.RST)
 _DATA: Final = FrameType.DATA
 _WINDOW_UPDATE: Final = FrameType.WINDOW_UPDATE
-# Woken with less than this pending, the writer first lets the tasks that are already
-# runnable have _COALESCE_ROUNDS turns, so frames queued at about the same moment (a SYN and
-# the first data, the last data and the FIN, several streams' window updates) share one
-# transport write and wake the peer once; a few microseconds of latency, no timer. Bulk
-# transfers, with more than this pending, never wait. (Over loopback this took a stream
-# open, 1-byte echo and close from ~2.1 to ~1.6 writes on each side.)
-_COALESCE_BELOW: Final = 64 * 1024
-_COALESCE_ROUNDS: Final = 2
-_LINGER: Final = 60.0  # seconds a closed stream waits for the peer's FIN before we reset it
 
 
 @attrs.frozen
@@ -104,7 +92,7 @@ class SessionStatistics:
     remote_go_away: int | None
 
 
-class Session:
+class Session(SessionWriter):
     """One multiplexed session. Create it with `open_session()`, never directly."""
 
     # slots: an idle link holds one session and its control stream (bench links); the
@@ -114,32 +102,19 @@ class Session:
         "_accept_queue",
         "_background_cancelled",
         "_bytes_received",
-        "_bytes_sent",
         "_closed_by_us",
-        "_control",
-        "_data",
         "_decoder",
         "_ended",
         "_ended_event",
         "_granted_extra",
         "_last_inbound",
-        "_last_ping_sent",
-        "_lingering",
-        "_max_write",
         "_next_id",
-        "_outbound",
-        "_outbound_lot",
-        "_ping_after",
         "_ping_ids",
         "_pings",
         "_reader_scope",
         "_slot_lot",
         "_streams",
         "_transport",
-        "_writer_done",
-        "_writer_done_event",
-        "_writer_lot",
-        "_writer_scope",
         "client",
         "config",
         "error",
@@ -302,7 +277,7 @@ class Session:
             return
         self.local_go_away = int(code)
         self._queue_control(encode_go_away(int(code)))
-        _unpark_all(self._accept_lot)
+        unpark_all(self._accept_lot)
 
     async def drain(self) -> None:
         """GO_AWAY, then wait until every stream has finished (bound it with a cancel scope)."""
@@ -406,138 +381,6 @@ class Session:
         for frame in self._decoder.feed(data):
             dispatch(frame)
 
-    async def _writer(self, scope: trio.CancelScope) -> None:
-        send = piece_sender(self._transport)
-        write_timeout = self.config.write_timeout
-        writer_lot = self._writer_lot
-        # One scope at a time for the writer's writes and waits: its deadline is the write
-        # timeout while a write is under way and the next keepalive tick while it waits for
-        # frames (a fresh move_on_after per write cost as much as the rest of a small write's
-        # bookkeeping). A passed deadline ends the scope: a tick then runs, and a new scope.
-        self._tick()
-        tick_at = self._next_tick()
-        try:
-            while not self._ended or self._control or self._data:
-                writing = False
-                with scope:
-                    while True:
-                        if not self._control and not self._data:
-                            if self._ended:
-                                break
-                            # as of now: what arrived since (a PING) may put it off
-                            tick_at = scope.deadline = self._next_tick()
-                            await writer_lot.park()
-                            for _ in range(_COALESCE_ROUNDS):
-                                if self._outbound >= _COALESCE_BELOW:
-                                    break
-                                await cancel_shielded_checkpoint()
-                            continue
-                        if scope.cancel_called:
-                            break  # a tick came due while we were woken: it goes first
-                        batch, size, data_bytes = self._next_batch()
-                        scope.deadline = trio.current_time() + write_timeout
-                        writing = True
-                        await send(batch)
-                        writing = False
-                        del batch  # not kept while the writer waits
-                        self._bytes_sent += size
-                        if data_bytes:
-                            self._outbound -= data_bytes
-                            _unpark_all(self._outbound_lot)
-                        if trio.current_time() >= tick_at:  # writing without a pause
-                            self._tick()
-                            tick_at = self._next_tick()
-                if not self._tick_due(scope, writing=writing):
-                    break
-                self._tick()
-                tick_at = self._next_tick()
-                scope = self._writer_scope = trio.CancelScope()
-        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-            self._end(SessionBrokenError(f"transport failed: {exc!r}"))
-        finally:
-            self._writer_done = True
-            if self._writer_done_event is not None:
-                self._writer_done_event.set()
-            with trio.CancelScope(shield=True):
-                await trio.aclose_forcefully(self._transport)
-            self._cancel_background()
-
-    def _tick_due(self, scope: trio.CancelScope, *, writing: bool) -> bool:
-        """Why the writer's scope ended: True for a keepalive tick (the writer goes on)."""
-        if self._background_cancelled:
-            return False
-        if writing:
-            self._end(SessionBrokenError("a transport write timed out"))
-            return False
-        return scope.cancel_called  # else the session ended and all is sent
-
-    def _next_batch(self) -> tuple[list[bytes | memoryview], int, int]:
-        """The next write: every control frame, then whole data frames up to _max_write.
-
-        Returns the pieces, their total size, and how much of it is data frames.
-        """
-        control = self._control
-        self._control = []
-        size = HEADER_SIZE * len(control)  # control frames are bare headers
-        batch: list[bytes | memoryview] = [b"".join(control)] if control else []
-        data_bytes = 0
-        max_batch = self._max_write
-        queue = self._data
-        taken = 0
-        for header, payload in queue:
-            if size >= max_batch and batch:
-                break
-            frame_size = len(header) + len(payload)
-            if size + frame_size > max_batch and batch:
-                break
-            taken += 1
-            batch.append(header)
-            if payload:
-                batch.append(payload)
-            size += frame_size
-            data_bytes += frame_size
-        del queue[:taken]  # once per write, not a pop per frame
-        return batch, size, data_bytes
-
-    def _tick(self) -> None:
-        """The keepalive's work that is due now. Synchronous: it only queues frames and may
-        end the session. When the next is due: `_next_tick()`."""
-        now = trio.current_time()
-        dead_after = self.config.dead_after
-        if now - self._last_inbound >= dead_after:
-            self._end(SessionBrokenError(f"no frames from the peer for {dead_after:g} s"))
-            return
-        if now >= self._ping_at():
-            self._last_ping_sent = now
-            self._queue_control(encode_ping(_SYN, 0))
-        expired = 0
-        for when, stream in self._lingering:
-            if when > now:
-                break
-            expired += 1
-            if stream.stream_id in self._streams:
-                stream._send_rst()
-                self._forget(stream)
-        del self._lingering[:expired]
-
-    def _ping_at(self) -> float:
-        """When a keepalive PING is due: an interval after the last frame heard or PING sent.
-        A frame heard just after our PING was most likely its answer, which then does not put
-        the next PING off: one wake-up per interval, not two (bench links' CPU)."""
-        heard = self._last_inbound
-        sent = self._last_ping_sent
-        if heard - sent <= self._ping_after / 10:
-            heard = sent
-        return max(heard, sent) + self._ping_after
-
-    def _next_tick(self) -> float:
-        """When `_tick` has work next: the deadline of the writer's waits."""
-        return min(
-            self._ping_at(),
-            self._last_inbound + self.config.dead_after,
-            self._lingering[0][0] if self._lingering else math.inf,
-        )
-
     # ---- inbound frames ---------------------------------------------------------------------
 
     def _dispatch(self, frame: Frame) -> None:
@@ -597,38 +440,11 @@ class Session:
 
     def _on_go_away(self, frame: Frame) -> None:
         self.remote_go_away = frame.length
-        _unpark_all(self._accept_lot)
-        _unpark_all(self._slot_lot)
+        unpark_all(self._accept_lot)
+        unpark_all(self._slot_lot)
         if frame.length in (GoAwayCode.PROTOCOL_ERROR, GoAwayCode.INTERNAL_ERROR):
             reason = GoAwayCode.describe(frame.length)
             self._end(SessionBrokenError(f"the peer went away with {reason}"))
-
-    # ---- outbound frames --------------------------------------------------------------------
-
-    def _queue_control(self, frame: bytes) -> None:
-        if self._ended and not self._closed_by_us:
-            return
-        if len(self._control) >= self.config.max_control_backlog:
-            self._end(RemoteProtocolError("control frame backlog exceeded"), go_away=1)
-            return
-        self._control.append(frame)
-        self._writer_lot.unpark()
-
-    def _queue_window_update(self, sid: int, flags: int, delta: int) -> None:
-        self._queue_control(encode_window_update(flags, sid, delta))
-
-    def _queue_data(self, sid: int, payload: memoryview) -> None:
-        self._data.append((encode_data_header(0, sid, len(payload)), payload))
-        self._outbound += len(payload) + 12
-        self._writer_lot.unpark()
-
-    def _queue_fin(self, sid: int) -> None:
-        self._data.append((encode_window_update(_FIN, sid, 0), b""))
-        self._outbound += 12
-        self._writer_lot.unpark()
-
-    def _has_outbound_room(self) -> bool:
-        return self._outbound < self.config.max_outbound_buffer
 
     # ---- stream bookkeeping -----------------------------------------------------------------
 
@@ -643,20 +459,12 @@ class Session:
     def _forget(self, stream: MuxStream) -> None:
         if self._streams.pop(stream.stream_id, None) is not None:
             self._granted_extra -= stream._window_max - self.config.initial_window
-            _unpark_all(self._slot_lot)
+            unpark_all(self._slot_lot)
 
     def _slot_parking(self) -> ParkingLot:
         if self._slot_lot is None:
             self._slot_lot = ParkingLot()
         return self._slot_lot
-
-    def _outbound_parking(self) -> ParkingLot:
-        if self._outbound_lot is None:
-            self._outbound_lot = ParkingLot()
-        return self._outbound_lot
-
-    def _linger(self, stream: MuxStream) -> None:
-        self._lingering.append((trio.current_time() + _LINGER, stream))
 
     def _raise_if_ended(self) -> None:
         if not self._ended:
@@ -685,20 +493,15 @@ class Session:
         if self._ended_event is not None:
             self._ended_event.set()
         self._writer_lot.unpark_all()
-        _unpark_all(self._outbound_lot)
-        _unpark_all(self._accept_lot)
-        _unpark_all(self._slot_lot)
+        unpark_all(self._outbound_lot)
+        unpark_all(self._accept_lot)
+        unpark_all(self._slot_lot)
         for waiter in (self._pings or {}).values():
             waiter.set()
         for stream in list(self._streams.values()):
             stream._on_session_end()
         for stream in self._accept_queue:
             stream._on_session_end()
-
-
-def _unpark_all(lot: ParkingLot | None) -> None:
-    if lot is not None:
-        lot.unpark_all()
 
 
 def open_session(
