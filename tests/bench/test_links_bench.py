@@ -12,6 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_bench_links_holds_links_on_both_carriers_and_reports_json() -> None:
     argv = [sys.executable, "-m", "bench", "links", "--links", "40", "--idle", "0.5"]
+    argv += ["--carriers", "tcp,ws"]
     result = subprocess.run(
         argv, cwd=ROOT, capture_output=True, text=True, timeout=180, check=False
     )
@@ -27,3 +28,21 @@ def test_bench_links_holds_links_on_both_carriers_and_reports_json() -> None:
         assert row["redials"] == 0, carrier
     assert summary["targets"]["tcp.server_bytes_per_link"]["target"] == 20 * 1024
     assert summary["config"]["nofile"] >= 1024
+
+
+def test_bench_links_holds_host_links_and_viewers_on_a_real_edge() -> None:
+    argv = [sys.executable, "-m", "bench", "links", "--carriers", "host_tcp,viewer"]
+    argv += ["--hosts", "10", "--viewers", "3", "--idle", "0.5"]
+    result = subprocess.run(
+        argv, cwd=ROOT, capture_output=True, text=True, timeout=180, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert set(summary["results"]) == {"host_tcp", "viewer"}
+    hosts, viewers = summary["results"]["host_tcp"], summary["results"]["viewer"]
+    assert (hosts["links"], hosts["redials"]) == (10, 0)
+    assert viewers["links"] == 3
+    # sizes are the bench's to measure at scale, reported here
+    assert isinstance(viewers["host_bytes_per_link"], int)
+    assert isinstance(viewers["frames_while_idle"], int)
+    assert summary["config"]["hosts"] == 10
