@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any, Final
@@ -100,9 +101,13 @@ def _row(
     }
 
 
-async def _hold(procs: dict[str, Child], idle: float) -> tuple[dict[str, int], dict[str, float]]:
-    """RSS once settled, and the CPU seconds each uses over *idle* seconds."""
+async def _hold(
+    procs: dict[str, Child], idle: float, settled: Callable[[], None] = lambda: None
+) -> tuple[dict[str, int], dict[str, float]]:
+    """RSS once settled (*settled* is called then), and the CPU seconds each uses over
+    *idle* seconds."""
     await trio.sleep(_SETTLE)
+    settled()
     held = {side: _rss(child.pid) for side, child in procs.items()}
     cpu0 = {side: cpu_seconds(child.pid) for side, child in procs.items()}
     await trio.sleep(idle)
@@ -206,11 +211,17 @@ async def measure_viewers(viewers: int, idle: float, logdir: Path) -> dict[str, 
         started = trio.current_time()
         await _wait_for(client, "READY", 60 + viewers / 5)
         setup_s = trio.current_time() - started
-        frames_before = client.log_path.read_text(errors="replace").count("idle frame")
-        held, cpu = await _hold(procs, idle)
+        log = client.log_path
+        joining: list[int] = []
+
+        def settled() -> None:
+            joining.append(log.read_text(errors="replace").count("idle frame"))
+
+        held, cpu = await _hold(procs, idle, settled)
         frames = client.log_path.read_text(errors="replace").count("idle frame")
     row = _row(count=viewers, setup_s=setup_s, base=base, held=held, cpu=cpu, idle=idle)
     row["host_bytes_per_link"] = round((held["host"] - base["host"]) / viewers)
     row["host_cpu_ms_per_s_per_1000"] = round(1000 * cpu["host"] / idle / (viewers / 1000), 2)
-    row["frames_while_idle"] = frames - frames_before  # over settle + idle, all viewers
+    row["frames_while_idle"] = frames - joining[0]  # over idle, to all viewers
+    row["frames_while_joining"] = joining[0]  # to viewers already up, as others joined
     return row

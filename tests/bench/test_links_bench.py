@@ -30,19 +30,21 @@ def test_bench_links_holds_links_on_both_carriers_and_reports_json() -> None:
     assert summary["config"]["nofile"] >= 1024
 
 
-def test_bench_links_holds_host_links_and_viewers_on_a_real_edge() -> None:
-    argv = [sys.executable, "-m", "bench", "links", "--carriers", "host_tcp,viewer"]
-    argv += ["--hosts", "10", "--viewers", "3", "--idle", "0.5"]
+def test_bench_links_holds_viewers_on_a_real_edge() -> None:
+    # the viewer row only (a real server, a real hostd, an instance): ~18 s; the host rows
+    # (~12 s more) share its server role and are left to the bench's own runs
+    argv = [sys.executable, "-m", "bench", "links", "--carriers", "viewer"]
+    argv += ["--viewers", "3", "--idle", "0.5"]
     result = subprocess.run(
         argv, cwd=ROOT, capture_output=True, text=True, timeout=180, check=False
     )
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout.strip().splitlines()[-1])
-    assert set(summary["results"]) == {"host_tcp", "viewer"}
-    hosts, viewers = summary["results"]["host_tcp"], summary["results"]["viewer"]
-    assert (hosts["links"], hosts["redials"]) == (10, 0)
+    assert set(summary["results"]) == {"viewer"}
+    viewers = summary["results"]["viewer"]
     assert viewers["links"] == 3
-    # sizes are the bench's to measure at scale, reported here
+    # sizes are the bench's to measure at scale, reported here; a static screen sends
+    # nothing once every viewer has its first frame
     assert isinstance(viewers["host_bytes_per_link"], int)
-    assert isinstance(viewers["frames_while_idle"], int)
-    assert summary["config"]["hosts"] == 10
+    assert viewers["frames_while_idle"] == 0
+    assert summary["config"]["viewers"] == 3
