@@ -27,11 +27,15 @@ from typing import Any, Final
 
 import trio
 
+from bench._links_rows import measure_hosts, measure_viewers
 from bench._paths import REPO, START_TIMEOUT
 from bench._procs import ChildError, spawn
 from bench._results import cpu_seconds
 
 TARGET_BYTES_PER_LINK: Final = 20 * 1024  # issue 21: memory per idle connector link
+CONNECTOR_ROWS: Final = ("tcp", "ws")
+HOST_ROWS: Final = ("host_ws", "host_tcp")
+ROWS: Final = (*CONNECTOR_ROWS, *HOST_ROWS, "viewer")
 _SETTLE: Final = 2.0  # seconds after the last link registered, before RSS is read
 
 
@@ -122,19 +126,29 @@ async def measure(
     }
 
 
-async def _main(carriers: list[str], links: int, idle: float, freeze_every: int) -> int:
+async def _main(carriers: list[str], counts: dict[str, int], idle: float, freeze_every: int) -> int:
+    links = counts["links"]
     load_before = os.getloadavg()[0]
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="devyard-bench-links-") as tmp:
         for carrier in carriers:
-            print(f"# {carrier}: {links} links, {idle:g} s idle", file=sys.stderr)
-            results[carrier] = await measure(carrier, links, idle, Path(tmp), freeze_every)
+            count = counts[_count_of(carrier)]
+            print(f"# {carrier}: {count} links, {idle:g} s idle", file=sys.stderr)
+            if carrier in HOST_ROWS:
+                results[carrier] = await measure_hosts(carrier, count, idle, Path(tmp))
+            elif carrier == "viewer":
+                results[carrier] = await measure_viewers(count, idle, Path(tmp))
+            else:
+                results[carrier] = await measure(carrier, count, idle, Path(tmp), freeze_every)
             # at once, so a carrier measured is not lost if a later one fails
             print(f"# {carrier}: {json.dumps(results[carrier])}", file=sys.stderr, flush=True)
     load_after = os.getloadavg()[0]
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     print(
-        f"\nbench links: {links} idle links per carrier between two processes on loopback, "
+        f"\nbench links: {links} idle connector links per carrier between two processes, "
+        f"{counts['hosts']} idle host links to a real server's edge, {counts['viewers']} "
+        "idle viewers of a static screen through it (the rows run: "
+        f"{', '.join(carriers)}), on loopback, "
         f"{idle:g} s of keepalives measured; open-file limit raised to {hard} in both "
         f"(resource.setrlimit); "
         + (
@@ -144,15 +158,26 @@ async def _main(carriers: list[str], links: int, idle: float, freeze_every: int)
         )
         + f"load average {load_before:.1f} before, {load_after:.1f} after\n"
     )
-    print("carrier  setup s  server B/link  client B/link  server / client CPU-ms/s per 1000")
+    print(
+        "row      links  setup s  server B/link  client B/link  server / client CPU-ms/s per 1000"
+    )
     for carrier, r in results.items():
         print(
-            f"{carrier:<8} {r['setup_s']:>7}  {r['server_bytes_per_link']:>13}  "
+            f"{carrier:<8} {r['links']:>5} {r['setup_s']:>7}  {r['server_bytes_per_link']:>13}  "
             f"{r['client_bytes_per_link']:>13}  {r['server_cpu_ms_per_s_per_1000']:>8} / "
             f"{r['client_cpu_ms_per_s_per_1000']}"
         )
+    if "viewer" in results:
+        r = results["viewer"]
+        print(
+            f"viewer: the host (hostd) process {r['host_bytes_per_link']} B and "
+            f"{r['host_cpu_ms_per_s_per_1000']} CPU-ms/s per 1000 viewers; "
+            f"{r['frames_while_idle']} frames to all viewers while idle"
+        )
     targets: dict[str, Any] = {}
     for carrier, r in results.items():
+        if carrier not in CONNECTOR_ROWS:
+            continue  # the target is the connector link's; the other rows are reported
         value = r["server_bytes_per_link"]
         met = value <= TARGET_BYTES_PER_LINK
         targets[f"{carrier}.server_bytes_per_link"] = {
@@ -174,6 +199,8 @@ async def _main(carriers: list[str], links: int, idle: float, freeze_every: int)
                 "targets": targets,
                 "config": {
                     "links": links,
+                    "hosts": counts["hosts"],
+                    "viewers": counts["viewers"],
                     "idle_s": idle,
                     "nofile": hard,
                     "freeze_every": freeze_every,
@@ -187,15 +214,28 @@ async def _main(carriers: list[str], links: int, idle: float, freeze_every: int)
     return 0
 
 
+def _count_of(row: str) -> str:
+    return "hosts" if row in HOST_ROWS else "viewers" if row == "viewer" else "links"
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench links",
         description="Memory per idle link and keepalive CPU per 1,000 idle links.",
     )
-    parser.add_argument("--quick", action="store_true", help="1,000 links, 12 s idle")
-    parser.add_argument("--links", type=int, help="links per carrier (default 10,000)")
+    parser.add_argument(
+        "--quick", action="store_true", help="1,000 links, 500 hosts, 100 viewers, 12 s idle"
+    )
+    parser.add_argument("--links", type=int, help="connector links per carrier (default 10,000)")
+    parser.add_argument("--hosts", type=int, help="host links per host row (default 1,000)")
+    parser.add_argument("--viewers", type=int, help="viewers (default 300)")
     parser.add_argument("--idle", type=float, help="seconds of keepalives measured (default 25)")
-    parser.add_argument("--carriers", default="tcp,ws", help="comma-separated: tcp, ws")
+    parser.add_argument(
+        "--carriers",
+        default=",".join(ROWS),
+        help="comma-separated rows: tcp, ws (connector links), host_ws, host_tcp (host links "
+        "to a real edge), viewer (stream WebSockets through a real edge)",
+    )
     parser.add_argument(
         "--freeze-every",
         type=int,
@@ -204,13 +244,17 @@ def main(argv: list[str]) -> int:
         "many more links are up (0: Python's default collector settings)",
     )
     args = parser.parse_args(argv)
-    links = args.links or (1000 if args.quick else 10_000)
+    counts = {
+        "links": args.links or (1000 if args.quick else 10_000),
+        "hosts": args.hosts or (500 if args.quick else 1000),
+        "viewers": args.viewers or (100 if args.quick else 300),
+    }
     idle = args.idle or (12.0 if args.quick else 25.0)
     carriers = [c for c in args.carriers.split(",") if c]
-    if any(c not in ("tcp", "ws") for c in carriers):
-        parser.error("carriers are tcp and ws")
+    if any(c not in ROWS for c in carriers):
+        parser.error(f"rows are {', '.join(ROWS)}")
     try:
-        return trio.run(_main, carriers, links, idle, args.freeze_every)
+        return trio.run(_main, carriers, counts, idle, args.freeze_every)
     except* KeyboardInterrupt:
         pass
     print("bench links: interrupted; helper processes ended", file=sys.stderr)
