@@ -196,6 +196,8 @@ async def test_orders_for_a_host_held_elsewhere_arrive_at_its_holder(cluster_url
     ):
         await until(lambda: _holder_is(r0, "host_h", "r1"))
         await r0.hosts.start_instance("host_h", _order("android_1"))
+        # the order travels by NOTIFY to r1, which sends it down its link: not synchronous
+        await eventually(lambda: len(host.received) == 1)
         (start,) = host.received
         assert start["type"] == "instance_start"
         assert start["order"]["instance_id"] == "android_1"
