@@ -338,6 +338,15 @@ class SqlCluster:
         *key* already held elsewhere moves); the host, or None when none has room."""
 
         def reserve(tx: Tx) -> str | None:
+            held = tx.fetchone(
+                "SELECT host_id FROM capacity_reservations WHERE holder_key = :key", {"key": key}
+            )
+            if held is not None:  # a move holds two leases: lock them in one order (host id),
+                tx.fetchall(  # or two moves in opposite directions deadlock
+                    "SELECT host_id FROM host_leases WHERE host_id = ANY(:ids)"
+                    " ORDER BY host_id FOR UPDATE",
+                    {"ids": sorted({held["host_id"], *host_ids})},
+                )
             _release_reservation(tx, key)
             for host_id in host_ids:
                 row = tx.fetchone(
