@@ -9,8 +9,10 @@ host 1 and both connectors (the second a standby), replica 2 holds host 2 and no
 device there reaches the tunnel through replica 1), and replica 3 holds nothing: the replica
 that must forward everything.
 
-Host tokens: until host tokens are shared in PostgreSQL (issue 23, c23tokens), every replica
-gets a copy of the same host-token file in its data dir.
+Host tokens live in PostgreSQL, shared by the replicas (docs/scale-out.md "Host tokens"): the
+rig makes them with ``devyard admin host-token`` against the database alone (a data dir of
+its own), and no replica's data dir holds a token file, so a host links to whichever replica
+HAProxy picks only because the table is shared.
 """
 
 from __future__ import annotations
@@ -34,7 +36,6 @@ import psycopg
 import trio
 
 from devyard.server.bootstrap import bootstrap_organization
-from devyard.server.edge import HOST_TOKENS_FILE, create_host_token
 from devyard.server.store import open_store
 from tests.ports import free_port
 
@@ -277,6 +278,22 @@ def _replica(name: str, tmp: Path, common: dict[str, str]) -> Replica:
     return Replica(name, data_dir, api, link, Proc([*DEVYARD, *args], env, tmp / f"{name}.log"))
 
 
+def _admin_host_token(data_dir: Path, env: dict[str, str]) -> tuple[str, str]:
+    """A host id and token made by ``devyard admin host-token`` in the shared table."""
+    made = subprocess.run(
+        [*DEVYARD, "admin", "host-token", "--data-dir", str(data_dir)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    first, token = made.stdout.strip().splitlines()[-2:]
+    host_id = first.removeprefix("host ").split(";", 1)[0]
+    assert host_id.startswith("host_") and token, made.stdout
+    return host_id, token
+
+
 def start_replica(replica: Replica) -> None:
     replica.proc.start()
 
@@ -301,16 +318,17 @@ def open_rig(
         DEVYARD_CLUSTER_HEARTBEAT_S=str(HEARTBEAT),
         DEVYARD_CLUSTER_REPLICA_TTL_S=str(REPLICA_TTL),
         DEVYARD_CLUSTER_REFRESH_S="2",
+        # 500 creates at once queue ~250 start orders on each host daemon, which works through
+        # them at its own pace on this shared machine: an order sent to the host's replica
+        # is answered after more than the default 10 s, and the creator would move it to the
+        # other host (and take it back from the first)
+        DEVYARD_CLUSTER_ORDER_TIMEOUT_S="30",
         DEVYARD_PEERS_CLUSTER_SECRET=SECRET,
     )
     replicas = {name: _replica(name, tmp, common) for name in ("r1", "r2", "r3")}
     lb_env = {**_lb_env(tmp, replicas), "DEVYARD_LB_HTTP": lb_http}
     lb = f"http://{lb_http}"
-    tokens = tmp / "host_tokens"
-    made = [create_host_token(tokens) for _ in range(2)]
-    for replica in replicas.values():  # c23tokens: until host tokens live in PostgreSQL
-        replica.data_dir.mkdir(mode=0o700)
-        shutil.copy(tokens, replica.data_dir / HOST_TOKENS_FILE)
+    made = [_admin_host_token(tmp / "admin", common) for _ in range(2)]
     haproxy = Proc(
         [HAPROXY, "-db", "-f", str(HAPROXY_CFG)], {**clean_env(), **lb_env}, tmp / "haproxy.log"
     )

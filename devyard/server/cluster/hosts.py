@@ -82,12 +82,19 @@ class ClusterHosts:
         config: ClusterConfig,
         grace: float,
         replica_store: SqlReplicaSet | None = None,
+        leases: SqlCluster | None = None,
+        draining: Callable[[], bool] = lambda: False,
     ) -> None:
         """*events*: where this replica's `HostLost`s go (the instances service's channel);
         *grace*: a host lease's lifetime after its last renewal; *replica_store*: the
         replica set and the leases of hosts with two links (docs/scale-out.md "Two links";
-        without it a host's second link is taken for a stale one and dropped)."""
+        without it a host's second link is taken for a stale one and dropped); *leases*: the
+        heartbeat's own connection (renewals and the reaper), so that a burst of reservations
+        on *cluster*'s pool never starves them; *draining*: whether this replica drains (then
+        a link it told to move is kept until the host closes it: make-before-break)."""
         self._cluster = cluster
+        self._leases = leases or cluster
+        self._draining = draining
         self._bus = bus
         self._edge = edge
         self._events = events
@@ -323,28 +330,30 @@ class ClusterHosts:
     async def heartbeat(self) -> None:
         """One pass: renew this replica's lease and its hosts' leases, then reap what ran
         out anywhere (each expired host goes to exactly one replica's reaper)."""
-        if await self._cluster.renew_replica(self.replica_id, self._config.replica_ttl_s):
+        if await self._leases.renew_replica(self.replica_id, self._config.replica_ttl_s):
             metrics.LEASE_RENEWALS.labels("replica").inc()
         else:  # another replica expired us (we were away too long): register again
             log.warning("replica %s: lease had expired; registering again", self.replica_id)
-            await self._cluster.register_replica(
+            await self._leases.register_replica(
                 self.replica_id, self.peer_url, self._config.replica_ttl_s
             )
             self._claimed_tunnels.clear()
             self._connectors_changed.set()
         linked = {h.id: h for h in self._edge.hosts()}
-        held = set(await self._cluster.renew_hosts(self.replica_id, sorted(linked), self.grace))
+        held = set(await self._leases.renew_hosts(self.replica_id, sorted(linked), self.grace))
         held |= set(await self._co_renewed(sorted(set(linked) - held)))
         metrics.LEASE_RENEWALS.labels("host").inc(len(held))
         for host_id in sorted(set(linked) - held):
             holder = await self._holder_of(host_id)
             several = self._edge.links_held(host_id) > 1
+            if holder is not None and holder != self.replica_id and self._draining():
+                continue  # told to move: the host closes this link once its streams end
             if holder is not None and holder != self.replica_id and not several:
                 log.info("host %s: linked again on replica %s; dropping this link", host_id, holder)
                 self._edge.drop(host_id)
             else:  # our lease ran out (the database was away) while the link lived: take it
                 await self.host_linked(linked[host_id])
-        dead = await self._cluster.expire_replicas()
+        dead = await self._leases.expire_replicas()
         metrics.LEASE_EXPIRIES.labels("replica").inc(len(dead))
         for replica in dead:
             log.warning("replica %s: lease expired; its links are released", replica)
@@ -354,7 +363,7 @@ class ClusterHosts:
 
     async def reap(self) -> list[str]:
         """Expire the host leases that ran out; publish `HostLost` for those this replica won."""
-        lost = await self._cluster.expire_hosts([self._bus.notice(Topic.HOST, change="expired")])
+        lost = await self._leases.expire_hosts([self._bus.notice(Topic.HOST, change="expired")])
         for host_id in lost:
             metrics.LEASE_EXPIRIES.labels("host").inc()
             self._cache.pop(host_id, None)

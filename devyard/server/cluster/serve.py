@@ -17,6 +17,7 @@ import attrs
 import trio
 
 from ..config import ServerConfig
+from ..drain import CURRENT
 from ..edge.connectors import ConnectorHub
 from ..edge.links import Edge
 from ..hosts import HostEvent, HostRegistry
@@ -32,7 +33,14 @@ from .tunnels import ClusterTunnels
 
 __all__ = ["Parts", "cluster_holders", "clustered", "replica_id_of", "run_cluster", "wire_service"]
 
-_POOL: Final = 4  # lease renewals, reservations and lookups: their own connections
+_POOL: Final = 4  # reservations and lookups: their own connections
+#: Lease renewals and the reaper: one connection of their own, so that a burst of creates
+#: (hundreds of reservations queued on the pool) can never starve them into expiring.
+_LEASE_POOL: Final = 1
+#: Events published outside a transaction (orders and their answers, instance changes): their
+#: own connections too, or an order's answer waits behind the burst's reservations and the
+#: creator gives up on a host that did start the instance (then takes it back).
+_BUS_POOL: Final = 2
 
 
 @attrs.frozen
@@ -79,12 +87,18 @@ async def run_cluster(  # noqa: PLR0917 - nursery.start passes arguments by posi
         return
     replica_id = replica_id_of(config)
     url = config.database_url
-    async with open_postgres_database(url, max_connections=_POOL) as db:
+    drain = CURRENT.get()
+    async with (
+        open_postgres_database(url, max_connections=_POOL) as db,
+        open_postgres_database(url, max_connections=_LEASE_POOL) as lease_db,
+        open_postgres_database(url, max_connections=_BUS_POOL) as bus_db,
+    ):
         cluster = SqlCluster(db)
         if isinstance(holders, DeferredHolders):
             holders.target = Holders(cluster)
         channel = channel_name(await cluster.current_schema())
-        async with open_bus(url, channel, replica_id, cluster) as bus, trio.open_nursery() as n:
+        publisher = SqlCluster(bus_db)
+        async with open_bus(url, channel, replica_id, publisher) as bus, trio.open_nursery() as n:
             hosts = ClusterHosts(
                 cluster,
                 bus,
@@ -94,7 +108,9 @@ async def run_cluster(  # noqa: PLR0917 - nursery.start passes arguments by posi
                 peer_url=config.cluster.peer_url,
                 config=config.cluster,
                 grace=grace,
-                replica_store=SqlReplicaSet(db),
+                replica_store=SqlReplicaSet(lease_db),
+                leases=SqlCluster(lease_db),
+                draining=lambda: drain is not None and drain.draining,
             )
             edge.leases = hosts
             hosts.hub = connectors

@@ -452,10 +452,15 @@ async def _proxy_api(stream: MuxStream, receive: Receive, send: Send) -> None:
             with trio.CancelScope(shield=True):
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
             nursery.cancel_scope.cancel()
-    except (RemoteProtocolError, KeyError, ValueError, trio.BrokenResourceError) as exc:
-        log.warning("device API response broke off: %s", exc)
+    except* (RemoteProtocolError, KeyError, ValueError, trio.BrokenResourceError) as broke:
+        # the nursery wraps what its body raises: a stream that ends (a link dropped, a host
+        # gone) before the head is a 502 with its APIError body, never a bare 500
+        log.warning("device API response broke off: %s", broke.exceptions[0])
         if not started:
-            await send_http_error(send, 502, "the device API answer broke off", "bad_gateway")
+            with trio.CancelScope(shield=True), contextlib.suppress(*_GONE):
+                await send_http_error(
+                    send, 502, "the device ended the request before answering", "bad_gateway"
+                )
     finally:
         await trio.aclose_forcefully(stream)
 

@@ -4,7 +4,9 @@ Theory of operation (docs/replicas.md, docs/protocol.md 11). A replica that must
 or connector linked to another replica dials that replica's ``/v1/replica-link`` route (the
 WebSocket on its API port, or the raw link port) and keeps that one link for every later need:
 `PeerPool` dials lazily on first use, reuses the link, and redials with the links' backoff when
-it breaks. The link is a mux session like a host's: the dialer opens the control stream with a
+it breaks while a need waits for it; a link lost while nobody waits is not redialled (a drained
+or killed replica would be dialled forever): it is forgotten, and the next need dials again.
+The link is a mux session like a host's: the dialer opens the control stream with a
 ``hello {role: "replica", id}``, the acceptor answers ``registered {replica_id}``, and then the
 dialer opens data streams whose open request is ``forward`` (served by `PeerLinks`, which hands
 them to a `ForwardHandler`; devyard.server.edge.forward). Streams run one way only: the acceptor
@@ -217,6 +219,8 @@ class _Peer:
     refused: bool = False
     changed: trio.Event = attrs.field(factory=trio.Event)
     scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+    waiting: int = 0  # needs waiting for the link to come up
+    stop: trio.Event = attrs.field(factory=trio.Event)  # no redial: nobody needs the link
 
     def pulse(self) -> None:
         self.changed.set()
@@ -245,6 +249,10 @@ class PeerPool:
         """The peer URLs with a link up now."""
         return sorted(url for url, peer in self._peers.items() if peer.session is not None)
 
+    def held(self) -> list[str]:
+        """The peer URLs with a link up or being dialled now."""
+        return sorted(self._peers)
+
     async def open_stream(self, peer_url: str) -> MuxStream:
         """A new stream on the link to *peer_url* (its base URL: ``http(s)://`` of its API
         port, or ``tcp://``/``tls://`` of its raw link port). Raises `PeerUnavailable`."""
@@ -252,12 +260,16 @@ class PeerPool:
         if peer is None:
             peer = self._peers[peer_url] = _Peer(peer_url)
             self._nursery.start_soon(self._hold, peer)
-        with trio.move_on_after(self._config.dial_timeout):
-            while peer.session is None and not peer.refused:
-                waiting = peer.changed
-                await waiting.wait()
-                if peer.session is None and peer.error is not None:
-                    break  # an attempt made while we waited failed: do not wait out the backoff
+        peer.waiting += 1
+        try:
+            with trio.move_on_after(self._config.dial_timeout):
+                while peer.session is None and not peer.refused:
+                    waiting = peer.changed
+                    await waiting.wait()
+                    if peer.session is None and peer.error is not None:
+                        break  # an attempt made while we waited failed: no waiting out the backoff
+        finally:
+            peer.waiting -= 1
         session = peer.session
         if session is None:
             raise PeerUnavailable(f"replica at {peer_url}: {peer.error or 'no link in time'}")
@@ -296,6 +308,8 @@ class PeerPool:
 
         def lost(exc: BaseException) -> None:
             peer.error = f"link lost: {type(exc).__name__}"
+            if not peer.waiting:  # a drained or killed peer is not redialled forever: the
+                peer.stop.set()  # next need dials again (`_hold` forgets this one)
             peer.pulse()
 
         try:
@@ -306,7 +320,7 @@ class PeerPool:
                     hello,
                     registered,
                     backoff=Backoff(base=self._config.backoff_base),
-                    shutdown=trio.Event(),
+                    shutdown=peer.stop,
                     label=lambda: f"replica link to {peer.url}: ",
                     on_lost=lost,
                     ssl_context=self._ssl_context,

@@ -55,10 +55,23 @@ def _notify(tx: Tx, notices: Iterable[Notice]) -> None:
 
 
 def _release_reservation(tx: Tx, key: str) -> str | None:
-    row = tx.fetchone(
-        "DELETE FROM capacity_reservations WHERE holder_key = :key RETURNING host_id", {"key": key}
+    # Locks in the reaper's order (`expire_hosts`): the host's lease row, then its
+    # reservations; the other order deadlocked with it under a burst of creates.
+    found = tx.fetchone(
+        "SELECT host_id FROM capacity_reservations WHERE holder_key = :key", {"key": key}
     )
-    if row is None:
+    if found is None:
+        return None
+    tx.fetchone(
+        "SELECT host_id FROM host_leases WHERE host_id = :host FOR UPDATE",
+        {"host": found["host_id"]},
+    )
+    row = tx.fetchone(
+        "DELETE FROM capacity_reservations WHERE holder_key = :key AND host_id = :host"
+        " RETURNING host_id",
+        {"key": key, "host": found["host_id"]},
+    )
+    if row is None:  # reaped or moved meanwhile
         return None
     host_id: str = row["host_id"]
     tx.execute(
@@ -325,6 +338,15 @@ class SqlCluster:
         *key* already held elsewhere moves); the host, or None when none has room."""
 
         def reserve(tx: Tx) -> str | None:
+            held = tx.fetchone(
+                "SELECT host_id FROM capacity_reservations WHERE holder_key = :key", {"key": key}
+            )
+            if held is not None:  # a move holds two leases: lock them in one order (host id),
+                tx.fetchall(  # or two moves in opposite directions deadlock
+                    "SELECT host_id FROM host_leases WHERE host_id = ANY(:ids)"
+                    " ORDER BY host_id FOR UPDATE",
+                    {"ids": sorted({held["host_id"], *host_ids})},
+                )
             _release_reservation(tx, key)
             for host_id in host_ids:
                 row = tx.fetchone(

@@ -1,14 +1,26 @@
-"""Replica link credentials and settings (docs/replicas.md); the links themselves are exercised
-end to end in test_forward.py."""
+"""Replica link credentials and settings (docs/replicas.md), and when the pool redials; the
+links themselves are exercised end to end in test_forward.py."""
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import pytest
+import trio
 
-from devyard.server.config import ConfigError, load_server_config
-from devyard.server.edge.peers import PeerConfig, peer_token, verify_peer_token
+from devyard.server.config import ConfigError, ListenAddress, ServerConfig, load_server_config
+from devyard.server.edge.forward import MemoryHolders
+from devyard.server.edge.peers import (
+    PeerConfig,
+    PeerUnavailable,
+    open_peer_pool,
+    peer_token,
+    verify_peer_token,
+)
+from devyard.server.serve import _serve, open_configured_store
+from tests.polling import eventually
+from tests.ports import free_port
 
 SECRET = "a-cluster-secret-of-some-length"
 
@@ -46,3 +58,48 @@ def test_the_secret_is_never_shown_and_must_be_long_enough(tmp_path: Path) -> No
         load_server_config(
             env={"DEVYARD_DATA_DIR": str(tmp_path), "DEVYARD_PEERS_REPLICA_ID": "r1"}
         )
+
+
+async def test_a_lost_link_nobody_waits_for_is_not_redialled_and_the_next_need_dials(
+    tmp_path: Path,
+) -> None:
+    """A drained or killed replica is not dialled forever: the pool forgets a link lost while
+    no need waits for it, and dials again at the next need."""
+    port = free_port()
+    config = ServerConfig(
+        data_dir=tmp_path / "r1",
+        listen=ListenAddress("127.0.0.1", port),
+        peers=PeerConfig(replica_id="r1", cluster_secret=SECRET),
+    )
+    url = f"http://127.0.0.1:{port}"
+    dialler = PeerConfig(replica_id="r2", cluster_secret=SECRET, backoff_base=0.01)
+    async with (
+        open_configured_store(config) as store,
+        open_peer_pool(dialler) as pool,
+        trio.open_nursery() as nursery,
+    ):
+
+        async def serve_r1(task_status: trio.TaskStatus[trio.CancelScope]) -> None:
+            async with trio.open_nursery() as inner:
+                serve = partial(_serve, store, config, None, holders=MemoryHolders())
+                await inner.start(serve)  # a replica with a peer route: [peers] and holders
+                task_status.started(inner.cancel_scope)
+
+        r1 = await nursery.start(serve_r1)
+        stream = await pool.open_stream(url)
+        await trio.aclose_forcefully(stream)
+        assert pool.linked() == [url]
+        r1.cancel()  # r1 goes away; nothing waits for its link
+        await eventually(lambda: pool.held() == [], 10)
+        assert pool.linked() == []
+        await nursery.start(serve_r1)  # back at the same address: the next need dials
+        with trio.fail_after(30):
+            while True:  # the first dial may meet the server still starting
+                try:
+                    stream = await pool.open_stream(url)
+                    break
+                except PeerUnavailable:
+                    assert pool.held() in ([], [url])
+        await trio.aclose_forcefully(stream)
+        assert pool.linked() == [url]
+        nursery.cancel_scope.cancel()
