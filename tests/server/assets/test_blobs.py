@@ -24,7 +24,7 @@ from devyard.server.blobs import (
 from devyard.server.blobs.signing import BadSignature, ExpiredSignature
 from devyard.server.store import Store, open_store
 from devyard.server.store.errors import NotFound
-from tests.polling import eventually
+from tests.polling import until
 
 from .test_store import Clock
 
@@ -137,7 +137,17 @@ async def test_the_sweeper_removes_expired_assets_and_their_bytes(
         await nursery.start(
             lambda task_status: assets.run_sweeper(interval=0.01, task_status=task_status)
         )
-        await eventually(lambda: len(_files(tmp_path / "blobs")) == 1)
+
+        async def swept() -> bool:  # the bytes go before the row: wait for both
+            if len(_files(tmp_path / "blobs")) != 1:
+                return False
+            try:
+                await store.get_asset(short.id)
+            except NotFound:
+                return True
+            return False
+
+        await until(swept)
         assets.stop_sweeper()
     with pytest.raises(NotFound):
         await store.get_asset(short.id)
