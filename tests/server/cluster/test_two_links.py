@@ -208,80 +208,86 @@ async def test_hosts_and_connectors_hold_two_links_and_losing_a_replica_costs_th
         (tmp_path / "tunnel-token").write_text(made.json()["token"])
         # both dial the entry (a load balancer in production) for their first link
         connector = await _start_connector(nursery, a.url, tmp_path / "tunnel-token")
-        shutdown = trio.Event()
-        hostd = HostdConfig(
-            server_url=a.url,
-            token=cluster.host_token,
-            region=a.config.region,
-            data_dir=tmp_path / "host",
-            capacity=2,
-            backoff_base=0.05,
-        )
-        async with trio.open_nursery() as host_nursery:
-            await host_nursery.start(partial(serve_hostd, hostd, shutdown=shutdown))
-
-            async def both_linked() -> bool:
-                want = {"host": 1, "connector": 1}
-                links_a, links_b = await a.links(http), await b.links(http)
-                return all(links_a.get(k) == v and links_b.get(k) == v for k, v in want.items())
-
-            await until(both_linked, seconds=30)
-            # neither replica takes the host's other link for a stale one: no flap, no drop
-            await _renewed(6)
-            assert await both_linked()
-            created = await http.post(
-                f"{b.url}/v1/android_instances",
-                params={"wait": "true"},
-                json={"spec": {"tunnel": "corp"}},
-                headers=auth,
+        try:
+            shutdown = trio.Event()
+            hostd = HostdConfig(
+                server_url=a.url,
+                token=cluster.host_token,
+                region=a.config.region,
+                data_dir=tmp_path / "host",
+                capacity=2,
+                backoff_base=0.05,
             )
-            assert created.status_code in (200, 201), created.text
-            instance = created.json()
-            iid, token = instance["metadata"]["id"], instance["status"]["token"]
-            assert instance["status"]["state"] == "ready", instance
-            device = f"{b.url}/v1/instances/{iid}/api"
-            device_auth = {"Authorization": f"Bearer {token}"}
-            fetch = {"command": f"curl -sS -m 5 http://{private}/"}
+            async with trio.open_nursery() as host_nursery:
+                await host_nursery.start(partial(serve_hostd, hostd, shutdown=shutdown))
 
-            async def fetched() -> dict[str, Any]:
-                answer = await http.post(f"{device}/shell", json=fetch, headers=device_auth)
-                assert answer.status_code == 200, answer.text
-                result: dict[str, Any] = answer.json()
-                return result
+                async def both_linked() -> bool:
+                    want = {"host": 1, "connector": 1}
+                    links_a, links_b = await a.links(http), await b.links(http)
+                    return all(links_a.get(k) == v and links_b.get(k) == v for k, v in want.items())
 
-            assert (await fetched())["stdout"] == PRIVATE_BODY.decode()
-            registrations = len([line for line in connector.lines if "registered as" in line])
+                await until(both_linked, seconds=30)
+                # neither replica takes the host's other link for a stale one: no flap, no drop
+                await _renewed(6)
+                assert await both_linked()
+                created = await http.post(
+                    f"{b.url}/v1/android_instances",
+                    params={"wait": "true"},
+                    json={"spec": {"tunnel": "corp"}},
+                    headers=auth,
+                )
+                assert created.status_code in (200, 201), created.text
+                instance = created.json()
+                iid, token = instance["metadata"]["id"], instance["status"]["token"]
+                assert instance["status"]["state"] == "ready", instance
+                device = f"{b.url}/v1/instances/{iid}/api"
+                device_auth = {"Authorization": f"Bearer {token}"}
+                fetch = {"command": f"curl -sS -m 5 http://{private}/"}
 
-            a.stop()  # the replica of the first links goes away
-            with trio.fail_after(10):  # at once: the links to b never dropped
-                shot = await http.get(f"{device}/screenshot", headers=device_auth)
-                assert shot.status_code == 200, shot.text
+                async def fetched() -> dict[str, Any]:
+                    answer = await http.post(f"{device}/shell", json=fetch, headers=device_auth)
+                    assert answer.status_code == 200, answer.text
+                    result: dict[str, Any] = answer.json()
+                    return result
 
-            # the tunnel serves again once b's standby link of the same connector is promoted
-            # (b wins the tunnel's lock when a's session ends: docs/scale-out.md, election)
-            async def serves() -> bool:
-                return bool((await fetched())["stdout"] == PRIVATE_BODY.decode())
+                assert (await fetched())["stdout"] == PRIVATE_BODY.decode()
+                registrations = len([line for line in connector.lines if "registered as" in line])
 
-            await until(serves, seconds=10)
-            again = [line for line in connector.lines if "registered as" in line]
-            assert len(again) == registrations, "the connector served without a new link"
-            # b takes the host's lease over from the replica that left ...
-            host_id = instance["status"].get("hostId") or _host_of(b)
-            await until(_check_async(lambda: _holder(cluster.url, host_id), "rb"))
-            # ... and keeps it well past the host grace: the host is never lost
-            await _renewed(int(2 * HOST_GRACE / 0.5))
-            got = await http.get(f"{b.url}/v1/android_instances/{iid}", headers=auth)
-            assert got.json()["status"]["state"] == "ready", got.text
+                a.stop()  # the replica of the first links goes away
+                with trio.fail_after(10):  # at once: the links to b never dropped
+                    shot = await http.get(f"{device}/screenshot", headers=device_auth)
+                    assert shot.status_code == 200, shot.text
 
-            await a.start()  # it comes back: the host and the connector link to it again
-            await until(both_linked, seconds=30)
+                # the tunnel serves again once b's standby link of the same connector is promoted
+                # (b wins the tunnel's lock when a's session ends: docs/scale-out.md, election)
+                async def serves() -> bool:
+                    return bool((await fetched())["stdout"] == PRIVATE_BODY.decode())
 
-            shutdown.set()
-            host_nursery.cancel_scope.deadline = trio.current_time() + 15
-        connector.process.send_signal(signal.SIGTERM)
-        with trio.fail_after(40):
-            assert await connector.exit_code() == 0, connector.text()
-        nursery.cancel_scope.cancel()
+                await until(serves, seconds=10)
+                again = [line for line in connector.lines if "registered as" in line]
+                assert len(again) == registrations, "the connector served without a new link"
+                # b takes the host's lease over from the replica that left ...
+                host_id = instance["status"].get("hostId") or _host_of(b)
+                await until(_check_async(lambda: _holder(cluster.url, host_id), "rb"))
+                # ... and keeps it well past the host grace: the host is never lost
+                await _renewed(int(2 * HOST_GRACE / 0.5))
+                got = await http.get(f"{b.url}/v1/android_instances/{iid}", headers=auth)
+                assert got.json()["status"]["state"] == "ready", got.text
+
+                await a.start()  # it comes back: the host and the connector link to it again
+                await until(both_linked, seconds=30)
+
+                shutdown.set()
+                host_nursery.cancel_scope.deadline = trio.current_time() + 15
+            connector.process.send_signal(signal.SIGTERM)
+            with trio.fail_after(40):
+                assert await connector.exit_code() == 0, connector.text()
+            nursery.cancel_scope.cancel()
+        finally:  # a failing test must not leave the connector running (a ResourceWarning later)
+            if connector.process.returncode is None:
+                connector.process.kill()
+                with trio.CancelScope(shield=True), trio.move_on_after(10):
+                    await connector.process.wait()
 
 
 def _host_of(replica: Replica) -> str:
