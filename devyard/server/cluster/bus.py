@@ -29,8 +29,9 @@ import json
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any, Final
 
 import attrs
@@ -52,6 +53,7 @@ __all__ = [
     "Subscription",
     "Topic",
     "channel_name",
+    "connect_in_thread",
     "open_bus",
 ]
 
@@ -181,7 +183,7 @@ class Bus:
         while True:
             conn: psycopg.Connection[Any] | None = None
             try:
-                conn = await _connect(self._url, self.channel)
+                conn = await connect_in_thread(partial(_listen, self._url, self.channel))
                 backoff.succeeded(trio.current_time())
                 self.backend_pid = conn.info.backend_pid
                 if started:
@@ -237,11 +239,16 @@ class _Handoff:
                 self.conn.close()
 
 
-async def _connect(url: str, channel: str) -> psycopg.Connection[Any]:
+async def connect_in_thread(
+    make: Callable[[], psycopg.Connection[Any]],
+) -> psycopg.Connection[Any]:
+    """``make()`` in a worker thread, cancellable: a connection it delivers after the caller
+    was cancelled is closed (`_Handoff`), never leaked. The bus's LISTEN connection and the
+    election's lock connection are both made this way."""
     handoff = _Handoff()
 
     def work() -> psycopg.Connection[Any]:
-        conn = _listen(url, channel)
+        conn = make()
         handoff.deliver(conn)
         return conn
 

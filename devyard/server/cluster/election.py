@@ -44,12 +44,11 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import threading
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any, Final, Protocol
 
-import attrs
 import psycopg
 import trio
 from prometheus_client import Counter
@@ -57,7 +56,7 @@ from psycopg import pq
 
 from ...core.backoff import Backoff
 from ..metrics import REGISTRY
-from .bus import Bus, Event
+from .bus import Bus, Event, connect_in_thread
 
 log = logging.getLogger(__name__)
 
@@ -227,56 +226,29 @@ async def open_lock_session(
         session.close()
 
 
-@attrs.define
-class _Handoff:
-    """Whichever of the worker thread and the cancelled caller comes second closes it."""
-
-    lock: threading.Lock = attrs.field(factory=threading.Lock)
-    abandoned: bool = False
-    conn: psycopg.Connection[Any] | None = None
-
-    def deliver(self, conn: psycopg.Connection[Any]) -> None:
-        with self.lock:
-            if self.abandoned:
-                conn.close()
-            else:
-                self.conn = conn
-
-    def abandon(self) -> None:
-        with self.lock:
-            self.abandoned = True
-            if self.conn is not None:
-                self.conn.close()
+def _lock_connection(url: str) -> psycopg.Connection[Any]:
+    """Worker thread: the replica's lock connection, with keepalives on both sides."""
+    conn = psycopg.connect(
+        url,
+        autocommit=True,
+        connect_timeout=_CONNECT_TIMEOUT_S,
+        keepalives=1,
+        keepalives_idle=5,
+        keepalives_interval=2,
+        keepalives_count=3,
+    )
+    try:  # the server's side notices a vanished replica in ~5 + 2 * 3 s
+        conn.execute("SET tcp_keepalives_idle = 5")
+        conn.execute("SET tcp_keepalives_interval = 2")
+        conn.execute("SET tcp_keepalives_count = 3")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
 
 
 async def _connect(url: str) -> psycopg.Connection[Any]:
-    handoff = _Handoff()
-
-    def work() -> psycopg.Connection[Any]:
-        conn = psycopg.connect(
-            url,
-            autocommit=True,
-            connect_timeout=_CONNECT_TIMEOUT_S,
-            keepalives=1,
-            keepalives_idle=5,
-            keepalives_interval=2,
-            keepalives_count=3,
-        )
-        try:  # the server's side notices a vanished replica in ~5 + 2 * 3 s
-            conn.execute("SET tcp_keepalives_idle = 5")
-            conn.execute("SET tcp_keepalives_interval = 2")
-            conn.execute("SET tcp_keepalives_count = 3")
-        except BaseException:
-            conn.close()
-            raise
-        handoff.deliver(conn)
-        return conn
-
-    try:
-        return await trio.to_thread.run_sync(work, abandon_on_cancel=True)
-    except trio.Cancelled:
-        handoff.abandon()
-        raise
+    return await connect_in_thread(partial(_lock_connection, url))
 
 
 class ConnectorElection:
