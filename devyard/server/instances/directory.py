@@ -57,14 +57,9 @@ class StoreInstanceDirectory:
             raise AccessDenied(
                 AccessReason.WRONG_TOKEN, f"the token does not open instance {instance_id}"
             )
-        if instance.state is not InstanceState.READY or instance.host_id is None:
-            raise AccessDenied(
-                AccessReason.NOT_READY,
-                f"instance {instance_id} is {instance.state.value}, not ready yet",
-            )
         return InstanceAccess(
             instance_id=instance.id,
-            host_id=instance.host_id,
+            host_id=_ready_host(instance),
             platform=instance.platform.value,
             stream_only=not (full or install),
             view_only=view,
@@ -83,14 +78,9 @@ class StoreInstanceDirectory:
                 AccessReason.WRONG_TOKEN,
                 f"the signature does not open {rest!r} of instance {instance_id} (or expired)",
             )
-        if instance.state is not InstanceState.READY or instance.host_id is None:
-            raise AccessDenied(
-                AccessReason.NOT_READY,
-                f"instance {instance_id} is {instance.state.value}, not ready yet",
-            )
         return InstanceAccess(
             instance_id=instance.id,
-            host_id=instance.host_id,
+            host_id=_ready_host(instance),
             platform=instance.platform.value,
             stream_only=False,
             artifact_path=rest,
@@ -145,3 +135,13 @@ class StoreInstanceDirectory:
 
 def _same(token: str, secret: str | None) -> bool:
     return bool(secret) and hmac.compare_digest(token.encode(), str(secret).encode())
+
+
+def _ready_host(instance: Instance) -> str:
+    """The host of a ready *instance*; NOT_READY otherwise (a device is reached only then)."""
+    if instance.state is not InstanceState.READY or instance.host_id is None:
+        raise AccessDenied(
+            AccessReason.NOT_READY,
+            f"instance {instance.id} is {instance.state.value}, not ready yet",
+        )
+    return instance.host_id
