@@ -20,7 +20,7 @@ Order of events for one instance (docs/protocol.md section 7 carries them on the
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, Final, Protocol
 
@@ -95,6 +95,21 @@ class InstanceOrder:
     initial_assets: tuple[dict[str, Any], ...] = ()
     # the tunnel the instance attaches to before it is ready: {name, selectors, selector_version}
     tunnel: dict[str, Any] | None = None
+
+    @classmethod
+    def from_fields(cls, instance_id: str, fields: Mapping[str, Any]) -> InstanceOrder:
+        """The order of *instance_id* from its stored (JSON) fields; KeyError, TypeError or
+        ValueError when they are malformed."""
+        return cls(
+            instance_id=instance_id,
+            organization_id=str(fields["organization_id"]),
+            platform=str(fields["platform"]),
+            model=fields.get("model"),
+            os_version=fields.get("os_version"),
+            spec=dict(fields["spec"]),
+            initial_assets=tuple(dict(a) for a in fields.get("initial_assets") or ()),
+            tunnel=fields.get("tunnel"),
+        )
 
 
 @attrs.frozen

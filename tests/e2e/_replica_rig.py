@@ -318,11 +318,6 @@ def open_rig(
         DEVYARD_CLUSTER_HEARTBEAT_S=str(HEARTBEAT),
         DEVYARD_CLUSTER_REPLICA_TTL_S=str(REPLICA_TTL),
         DEVYARD_CLUSTER_REFRESH_S="2",
-        # 500 creates at once queue ~250 start orders on each host daemon, which works through
-        # them at its own pace on this shared machine: an order sent to the host's replica
-        # is answered after more than the default 10 s, and the creator would move it to the
-        # other host (and take it back from the first)
-        DEVYARD_CLUSTER_ORDER_TIMEOUT_S="30",
         DEVYARD_PEERS_CLUSTER_SECRET=SECRET,
     )
     replicas = {name: _replica(name, tmp, common) for name in ("r1", "r2", "r3")}

@@ -17,10 +17,10 @@ Theory of operation (docs/scale-out.md).
   `reserve` takes a slot with a conditional UPDATE, so concurrent creates on several replicas
   never double-book a host, and `release` gives it back when the instance ends.
 - **Orders travel to the holder.** `start_instance` / `stop_instance` for a host linked here
-  go on the local link; for a host linked to another replica they travel as an ``order``
-  event to it, and a start waits (``order_timeout_s``) for the holder's ``order_done``. An
-  order too large for a NOTIFY (spec and initial assets) names only its instance: the holder
-  reads the order its create stored in the same transaction (`load_order`).
+  go on the local link. For a host linked to another replica a start goes through its stored
+  row (`orders.OrderDesk`: addressed, claimed by a replica linked to the host, sent, or
+  withdrawn after ``order_timeout_s``; events only wake), and a stop travels as an ``order``
+  event to the holder.
 - **Instance changes fan out.** The instances service reports each state change
   (`instance_changed`); other replicas hand it to their service (`on_instance_changed`), so
   a ``wait`` on the replica that created an instance sees the READY its host reported to
@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import json
 import logging
-import secrets
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -44,11 +43,13 @@ from ..edge.links import Edge
 from ..hosts import HostEvent, HostInfo, HostLost, HostUnavailableError, InstanceOrder
 from ..store.cluster import HostLease
 from ..store.errors import StoreError
+from ..store.order_delivery import SqlOrderDelivery
 from ..store.sql_cluster import SqlCluster
 from ..store.sql_replicas import SqlReplicaSet
 from ..tunnels import ConnectorInfo
 from . import metrics
-from .bus import Bus, Event, PayloadTooLarge, Topic
+from .bus import Bus, Event, Topic
+from .orders import OrderDesk, OrderUnsettled
 from .replicas import ReplicaSet
 from .settings import ClusterConfig
 
@@ -56,14 +57,8 @@ log = logging.getLogger(__name__)
 
 __all__ = ["ClusterHosts"]
 
-_ORDER_SENDS: Final = 64  # orders from other replicas being sent on local links at once
+_STOP_SENDS: Final = 64  # stops from other replicas being sent on local links at once
 _ORDERS_REMEMBERED: Final = 4096  # when orders from other replicas went out (reconciliation)
-
-
-@attrs.define
-class _Pending:
-    done: trio.Event = attrs.field(factory=trio.Event)
-    error: str | None = "no answer"
 
 
 class ClusterHosts:
@@ -84,6 +79,7 @@ class ClusterHosts:
         replica_store: SqlReplicaSet | None = None,
         leases: SqlCluster | None = None,
         draining: Callable[[], bool] = lambda: False,
+        orders: SqlOrderDelivery,
     ) -> None:
         """*events*: where this replica's `HostLost`s go (the instances service's channel);
         *grace*: a host lease's lifetime after its last renewal; *replica_store*: the
@@ -91,7 +87,8 @@ class ClusterHosts:
         without it a host's second link is taken for a stale one and dropped); *leases*: the
         heartbeat's own connection (renewals and the reaper), so that a burst of reservations
         on *cluster*'s pool never starves them; *draining*: whether this replica drains (then
-        a link it told to move is kept until the host closes it: make-before-break)."""
+        a link it told to move is kept until the host closes it: make-before-break); *orders*:
+        the start orders' rows, through which orders for hosts on other replicas go."""
         self._cluster = cluster
         self._leases = leases or cluster
         self._draining = draining
@@ -104,8 +101,7 @@ class ClusterHosts:
         self.grace = grace
         self._cache: dict[str, HostLease] = {}
         self._dirty = trio.Event()
-        self._pending: dict[str, _Pending] = {}
-        self._order_slots = trio.Semaphore(_ORDER_SENDS)
+        self._stop_slots = trio.Semaphore(_STOP_SENDS)
         self._ordered_at: dict[str, float] = {}  # instance id -> when its order went out here
         self._connectors_changed = trio.Event()
         self._claimed_tunnels: dict[str, str] = {}  # tunnel id -> its active connector's id
@@ -118,8 +114,14 @@ class ClusterHosts:
         self.replicas: ReplicaSet | None = None
         if replica_store is not None:
             self.replicas = ReplicaSet(replica_store, replica_id, config.advertise_url)
-        # the instances service's stored orders, for orders too large for a NOTIFY (serve.py)
-        self.load_order: Callable[[str], Awaitable[InstanceOrder | None]] | None = None
+        self.orders = OrderDesk(
+            orders,
+            bus,
+            edge,
+            replica_id=replica_id,
+            timeout=config.order_timeout_s,
+            on_sent=self._sent_for_another,
+        )
 
     def __repr__(self) -> str:
         return f"ClusterHosts({self.replica_id}, hosts={sorted(self._cache)})"
@@ -146,35 +148,12 @@ class ClusterHosts:
             raise HostUnavailableError(f"host {host_id}: no registry ({exc})") from exc
         if holder is None or holder == self.replica_id:
             raise HostUnavailableError(f"host {host_id} is not linked to any replica")
-        order_id = secrets.token_hex(8)
-        pending = self._pending[order_id] = _Pending()
         try:
-            try:
-                await self._publish_order(holder, host_id, order_id, order)
-            except (PayloadTooLarge, StoreError) as exc:
-                raise HostUnavailableError(f"host {host_id} is on another replica: {exc}") from exc
-            with trio.move_on_after(self._config.order_timeout_s):
-                await pending.done.wait()
-        finally:
-            del self._pending[order_id]
-        if not pending.done.is_set():  # no answer: the order may still arrive; take it back
+            await self.orders.order(holder, host_id, order)
+        except OrderUnsettled:  # the order may still arrive: take it back
             with trio.move_on_after(self._config.order_timeout_s, shield=True):
                 await self.stop_instance(host_id, order.instance_id)
-        if pending.error is not None:
-            raise HostUnavailableError(f"host {host_id} (on replica {holder}): {pending.error}")
-
-    async def _publish_order(
-        self, holder: str, host_id: str, order_id: str, order: InstanceOrder
-    ) -> None:
-        """The order itself when it fits in a NOTIFY (no read on the holder); else only its
-        instance id, and the holder reads the order its create stored (`load_order`)."""
-        start = {"to": holder, "op": "start", "host_id": host_id, "order_id": order_id}
-        try:
-            await self._bus.publish(Topic.ORDER, **start, order=attrs.asdict(order))
-        except PayloadTooLarge:
-            if self.load_order is None:
-                raise
-            await self._bus.publish(Topic.ORDER, **start, instance_id=order.instance_id)
+            raise
 
     async def stop_instance(self, host_id: str, instance_id: str) -> None:
         if self._linked_here(host_id):
@@ -272,6 +251,13 @@ class ClusterHosts:
 
     def ordered_at(self, instance_id: str) -> float | None:
         return self._ordered_at.get(instance_id)
+
+    def _sent_for_another(self, instance_id: str) -> None:
+        """An order another replica made went out on a link here: a registration of its host
+        handled after this must not end the instance (`ordered_at`)."""
+        self._ordered_at[instance_id] = trio.current_time()
+        while len(self._ordered_at) > _ORDERS_REMEMBERED:
+            del self._ordered_at[next(iter(self._ordered_at))]
 
     async def instance_changed(self, instance_id: str, state: str) -> None:
         await self._bus.publish(Topic.INSTANCE, instance_id=instance_id, state=state)
@@ -404,6 +390,8 @@ class ClusterHosts:
                 nursery.start_soon(self._refresher)
                 nursery.start_soon(self._heartbeats)
                 nursery.start_soon(self._connectors_loop)
+                nursery.start_soon(self.orders.serve)
+                nursery.start_soon(self.orders.watch)
                 task_status.started()
                 await trio.sleep_forever()
         finally:
@@ -425,9 +413,11 @@ class ClusterHosts:
     async def _consume(self, subscription: Any, nursery: trio.Nursery) -> None:
         event: Event
         async for event in subscription:
-            if subscription.resync:
+            if subscription.resync:  # events were lost: what they said is in the tables
                 subscription.resync = False
                 self._dirty.set()
+                self.orders.arrived()
+                self.orders.answered()
             fields = event.fields
             if event.topic in (Topic.HOST, Topic.CONNECTOR):
                 if event.sender != self.replica_id or event.topic == Topic.CONNECTOR:
@@ -439,15 +429,24 @@ class ClusterHosts:
                 ):
                     nursery.start_soon(self._reclaim, str(fields.get("host_id")))
             elif event.topic == Topic.ORDER and fields.get("to") == self.replica_id:
-                await self._order_slots.acquire()
-                nursery.start_soon(self._serve_order, event)
+                if fields.get("op") == "stop":
+                    await self._stop_slots.acquire()
+                    nursery.start_soon(self._serve_stop, fields)
+                else:
+                    self.orders.arrived()
             elif event.topic == Topic.ORDER_DONE and fields.get("to") == self.replica_id:
-                pending = self._pending.get(str(fields.get("order_id")))
-                if pending is not None:
-                    pending.error = None if fields.get("ok") else str(fields.get("error"))
-                    pending.done.set()
+                self.orders.answered()
             elif event.topic == Topic.INSTANCE and event.sender != self.replica_id:
                 await self._instance_changed(fields)
+
+    async def _serve_stop(self, fields: dict[str, Any]) -> None:
+        """A stop from another replica for a host linked here: send it on the link."""
+        try:
+            await self._edge.stop_instance(str(fields["host_id"]), str(fields["instance_id"]))
+        except KeyError:
+            log.warning("cluster: a malformed stop order")
+        finally:
+            self._stop_slots.release()
 
     async def _instance_changed(self, fields: dict[str, Any]) -> None:
         handler = self.on_instance_changed
@@ -458,54 +457,6 @@ class ClusterHosts:
             await handler(str(fields["instance_id"]), str(fields["state"]))
         except Exception:  # one bad event must not end the consumer
             log.exception("cluster: handling an instance change failed")
-
-    async def _serve_order(self, event: Event) -> None:
-        """An order from another replica for a host linked here: send it on the link."""
-        try:
-            fields = event.fields
-            host_id = str(fields["host_id"])
-            if fields.get("op") == "stop":
-                await self._edge.stop_instance(host_id, str(fields["instance_id"]))
-                return
-            error: str | None = None
-            try:
-                order = await self._order_of(fields)
-                await self._edge.start_instance(host_id, order)
-                # a host's registration handled after this must not end the instance
-                self._ordered_at[order.instance_id] = trio.current_time()
-                while len(self._ordered_at) > _ORDERS_REMEMBERED:
-                    del self._ordered_at[next(iter(self._ordered_at))]
-            except HostUnavailableError as exc:
-                error = str(exc)
-            except (KeyError, TypeError, ValueError) as exc:
-                error = f"malformed order: {exc}"
-            await _contained(
-                lambda: self._bus.publish(
-                    Topic.ORDER_DONE,
-                    to=event.sender,
-                    order_id=fields.get("order_id"),
-                    ok=error is None,
-                    error=error,
-                ),
-                "answering an order",
-            )
-        except (KeyError, TypeError):
-            log.warning("cluster: malformed order event from %s", event.sender)
-        finally:
-            self._order_slots.release()
-
-    async def _order_of(self, fields: dict[str, Any]) -> InstanceOrder:
-        """The order an ``order`` event carries, or the stored one it names."""
-        if "order" in fields or self.load_order is None:
-            return _order(fields["order"])
-        instance_id = str(fields["instance_id"])
-        try:
-            order = await self.load_order(instance_id)
-        except StoreError as exc:
-            raise HostUnavailableError(f"could not read the order of {instance_id}: {exc}") from exc
-        if order is None:
-            raise HostUnavailableError(f"no stored order for {instance_id} (it ended)")
-        return order
 
 
 async def _contained(fn: Callable[[], Awaitable[Any]], what: str) -> None:
@@ -568,17 +519,4 @@ def _info(lease: HostLease) -> HostInfo:
         drivers=lease.drivers,
         version=lease.version,
         connected_at=lease.linked_at,
-    )
-
-
-def _order(data: dict[str, Any]) -> InstanceOrder:
-    return InstanceOrder(
-        instance_id=str(data["instance_id"]),
-        organization_id=str(data["organization_id"]),
-        platform=str(data["platform"]),
-        model=data.get("model"),
-        os_version=data.get("os_version"),
-        spec=dict(data["spec"]),
-        initial_assets=tuple(dict(a) for a in data.get("initial_assets") or ()),
-        tunnel=data.get("tunnel"),
     )

@@ -22,6 +22,7 @@ from ..edge.connectors import ConnectorHub
 from ..edge.links import Edge
 from ..hosts import HostEvent, HostRegistry
 from ..store import Store
+from ..store.order_delivery import SqlOrderDelivery
 from ..store.postgres import open_postgres_database
 from ..store.sql_cluster import SqlCluster
 from ..store.sql_replicas import SqlReplicaSet
@@ -111,6 +112,7 @@ async def run_cluster(  # noqa: PLR0917 - nursery.start passes arguments by posi
                 replica_store=SqlReplicaSet(lease_db),
                 leases=SqlCluster(lease_db),
                 draining=lambda: drain is not None and drain.draining,
+                orders=SqlOrderDelivery(db),
             )
             edge.leases = hosts
             hosts.hub = connectors
@@ -123,11 +125,9 @@ async def run_cluster(  # noqa: PLR0917 - nursery.start passes arguments by posi
 
 
 def wire_service(registry: HostRegistry, service: object) -> None:
-    """Other replicas' instance changes go to *service* (``on_instance_changed``); orders
-    too large for a NOTIFY are read from it (``stored_order``)."""
+    """Other replicas' instance changes go to *service* (``on_instance_changed``)."""
     if not isinstance(registry, ClusterHosts):
         return
     handler = getattr(service, "on_instance_changed", None)
     if handler is not None:
         registry.on_instance_changed = handler
-    registry.load_order = getattr(service, "stored_order", None)

@@ -239,7 +239,7 @@ class InstanceService(HostReports):
             bound = True
         finally:
             await self._unhold(hold, bound=bound)
-        order = _order(instance.id, order_fields)
+        order = InstanceOrder.from_fields(instance.id, order_fields)
         self._ready[instance.id] = trio.Event()
         self._creating.add(instance.id)
         self._sweeper.wake()  # its hard deadline may be the earliest
@@ -358,7 +358,7 @@ class InstanceService(HostReports):
     async def stored_order(self, instance_id: str) -> InstanceOrder | None:
         """The order of a live instance as its create stored it (None: none, or ended)."""
         fields = await self._runs.stored_order(instance_id)
-        return None if fields is None else _order(instance_id, fields)
+        return None if fields is None else InstanceOrder.from_fields(instance_id, fields)
 
     # -- orphans ---------------------------------------------------------------------------
     async def _adopt(self, orphan: Orphan) -> None:
@@ -554,16 +554,3 @@ class InstanceService(HostReports):
             starting_after=starting_after,
             ending_before=ending_before,
         )
-
-
-def _order(instance_id: str, fields: dict[str, Any]) -> InstanceOrder:
-    return InstanceOrder(
-        instance_id=instance_id,
-        organization_id=str(fields["organization_id"]),
-        platform=str(fields["platform"]),
-        model=fields.get("model"),
-        os_version=fields.get("os_version"),
-        spec=dict(fields["spec"]),
-        initial_assets=tuple(dict(a) for a in fields.get("initial_assets") or ()),
-        tunnel=fields.get("tunnel"),
-    )

@@ -25,6 +25,7 @@ import attrs
 
 from .database import Dialect
 from .instance_runs import RUN_STATEMENTS
+from .order_delivery import DELIVERY_STATEMENTS
 from .schema_cluster import CLUSTER_STATEMENTS
 from .schema_host_tokens import HOST_TOKEN_STATEMENTS
 from .schema_quick import QUICK_DEADLINE_STATEMENTS
@@ -515,5 +516,10 @@ MIGRATIONS: Final[tuple[Migration, ...]] = (
         20,
         "instances: timers, owner and order as rows (any replica ends or adopts them; c23timers)",
         RUN_STATEMENTS,
+    ),
+    Migration(
+        21,
+        "instances: a start order's delivery between replicas in its row (no lost order)",
+        DELIVERY_STATEMENTS,
     ),
 )

@@ -32,6 +32,7 @@ from devyard.server.store import Store
 from devyard.server.store.base import Tunnel
 from devyard.server.store.errors import NotFound
 from devyard.server.store.migrate import migrate
+from devyard.server.store.order_delivery import SqlOrderDelivery
 from devyard.server.store.postgres import open_postgres_database
 from devyard.server.store.rows import utc_now
 from devyard.server.store.sql_cluster import SqlCluster
@@ -97,6 +98,7 @@ async def open_replica(
                 peer_url=f"https://{replica_id}.peers.test",
                 config=config,
                 grace=grace,
+                orders=SqlOrderDelivery(db),
             )
             edge.leases = hosts
             hosts.hub = hub

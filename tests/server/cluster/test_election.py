@@ -28,6 +28,7 @@ from devyard.server.edge.tokens import HostTokens
 from devyard.server.hosts import EVENT_BUFFER, HostEvent
 from devyard.server.metrics import REGISTRY
 from devyard.server.store.base import Tunnel
+from devyard.server.store.order_delivery import SqlOrderDelivery
 from devyard.server.store.postgres import open_postgres_database
 from devyard.server.store.sql_cluster import SqlCluster
 from tests.polling import eventually, until
@@ -71,6 +72,7 @@ async def open_elected(
                 peer_url=f"https://{replica_id}.peers.test",
                 config=MANUAL,
                 grace=30,
+                orders=SqlOrderDelivery(db),
             )
             edge.leases = hosts
             hosts.hub = hub

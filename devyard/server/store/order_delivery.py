@@ -1,0 +1,204 @@
+"""Start orders handed from one server replica to another through their row (migration 21).
+
+A create on a replica that does not hold the chosen host's link cannot send the order itself:
+the replica holding the link (the *holder*) must. The order is already a row
+(``instance_orders``, written in the create transaction); this module adds its *delivery* to
+that row, so the hand-over is a sequence of conditional updates and never depends on an event
+arriving (docs/scale-out.md "Orders in a burst"):
+
+- the creator *addresses* the row to a host with a fresh ``attempt`` token: ``pending``;
+- the holder *claims* it (``pending`` -> ``taken``, returning the order) and only then sends
+  it on its link, then marks it ``sent``, or ``failed`` with the reason;
+- a creator that waited ``order_timeout_s`` in vain *withdraws* it (``pending`` ->
+  ``withdrawn``).
+
+Claim and withdrawal are each one ``UPDATE ... WHERE delivery = 'pending'``, so exactly one of
+them wins: an order the creator gave up on is never sent late (it would start a second copy
+next to the one the next host runs), and one the holder sent is never given up on. NOTIFY
+events only wake the two sides early; each polls the rows as well, so a dropped event costs a
+poll interval, not the order.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Sequence
+from typing import Any, Final
+
+import attrs
+
+from .database import Database, Tx
+
+__all__ = ["DELIVERY_STATEMENTS", "Addressed", "Delivery", "SqlOrderDelivery"]
+
+DELIVERY_STATEMENTS: Final[tuple[str, ...]] = (
+    "ALTER TABLE instance_orders ADD COLUMN host_id TEXT",
+    "ALTER TABLE instance_orders ADD COLUMN attempt TEXT",
+    "ALTER TABLE instance_orders ADD COLUMN orderer TEXT",
+    "ALTER TABLE instance_orders ADD COLUMN delivery TEXT",
+    "ALTER TABLE instance_orders ADD COLUMN error TEXT",
+    "CREATE INDEX instance_orders_pending ON instance_orders (host_id) WHERE delivery = 'pending'",
+)
+
+
+class Delivery(enum.StrEnum):
+    PENDING = "pending"  # addressed to a host; its holder has not taken it yet
+    TAKEN = "taken"  # a holder took it and is sending it on the host's link
+    SENT = "sent"  # the holder sent it on the host's link
+    FAILED = "failed"  # the holder took it and could not send it (``error`` says why)
+    WITHDRAWN = "withdrawn"  # the creator gave up waiting before any holder took it
+
+
+@attrs.frozen
+class Addressed:
+    """A pending order: the instance, the host it is for, which attempt, and who waits."""
+
+    instance_id: str
+    host_id: str
+    attempt: str
+    orderer: str
+
+
+class SqlOrderDelivery:
+    """The delivery columns of ``instance_orders`` (both dialects; the cluster uses them)."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def address(self, instance_id: str, host_id: str, attempt: str, orderer: str) -> bool:
+        """Make the order of *instance_id* pending for *host_id* under a new *attempt*
+        (whatever an earlier attempt left is replaced). False: no stored order (it ended)."""
+
+        def address(tx: Tx) -> bool:
+            return (
+                tx.execute(
+                    "UPDATE instance_orders SET host_id = :host, attempt = :attempt,"
+                    " orderer = :orderer, delivery = :pending, error = NULL"
+                    " WHERE instance_id = :id",
+                    {
+                        "id": instance_id,
+                        "host": host_id,
+                        "attempt": attempt,
+                        "orderer": orderer,
+                        "pending": Delivery.PENDING.value,
+                    },
+                )
+                > 0
+            )
+
+        return await self._db.write(address)
+
+    async def pending(self, host_ids: Sequence[str], limit: int) -> list[Addressed]:
+        """Pending orders for any of *host_ids*, oldest attempt first is not promised."""
+        if not host_ids:
+            return []
+        params: dict[str, Any] = {"pending": Delivery.PENDING.value, "limit": limit}
+        names = []
+        for n, host_id in enumerate(sorted(set(host_ids))):
+            params[f"h{n}"] = host_id
+            names.append(f":h{n}")
+
+        def read(tx: Tx) -> list[Addressed]:
+            rows = tx.fetchall(
+                "SELECT instance_id, host_id, attempt, orderer FROM instance_orders"  # noqa: S608
+                f" WHERE delivery = :pending AND host_id IN ({', '.join(names)})"
+                " ORDER BY instance_id LIMIT :limit",
+                params,
+            )
+            return [
+                Addressed(r["instance_id"], r["host_id"], r["attempt"], r["orderer"]) for r in rows
+            ]
+
+        return await self._db.read(read)
+
+    async def claim(self, instance_id: str, attempt: str) -> dict[str, Any] | None:
+        """Take a pending order to send it: its body, or None when it is not (any more)
+        pending under *attempt* (withdrawn, taken, readdressed or ended)."""
+
+        def claim(tx: Tx) -> dict[str, Any] | None:
+            row = tx.fetchone(
+                "UPDATE instance_orders SET delivery = :taken"
+                " WHERE instance_id = :id AND attempt = :attempt AND delivery = :pending"
+                " RETURNING body",
+                {
+                    "id": instance_id,
+                    "attempt": attempt,
+                    "taken": Delivery.TAKEN.value,
+                    "pending": Delivery.PENDING.value,
+                },
+            )
+            if row is None:
+                return None
+            body: dict[str, Any] = json.loads(row["body"])
+            return body
+
+        return await self._db.write(claim)
+
+    async def settle(self, instance_id: str, attempt: str, error: str | None) -> None:
+        """The claimed order went out on the link (*error* None: ``sent``) or could not
+        (``failed``, and why), for the creator."""
+        state = Delivery.SENT if error is None else Delivery.FAILED
+
+        def settle(tx: Tx) -> None:
+            tx.execute(
+                "UPDATE instance_orders SET delivery = :state, error = :error"
+                " WHERE instance_id = :id AND attempt = :attempt AND delivery = :taken",
+                {
+                    "id": instance_id,
+                    "attempt": attempt,
+                    "state": state.value,
+                    "error": None if error is None else error[:500],
+                    "taken": Delivery.TAKEN.value,
+                },
+            )
+
+        await self._db.write(settle)
+
+    async def withdraw(self, instance_id: str, attempt: str) -> bool:
+        """Give up on a pending order; False when a holder took it first (or it is gone)."""
+
+        def withdraw(tx: Tx) -> bool:
+            return (
+                tx.execute(
+                    "UPDATE instance_orders SET delivery = :withdrawn"
+                    " WHERE instance_id = :id AND attempt = :attempt AND delivery = :pending",
+                    {
+                        "id": instance_id,
+                        "attempt": attempt,
+                        "withdrawn": Delivery.WITHDRAWN.value,
+                        "pending": Delivery.PENDING.value,
+                    },
+                )
+                > 0
+            )
+
+        return await self._db.write(withdraw)
+
+    async def states(
+        self, attempts: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], tuple[Delivery, str | None]]:
+        """Where each (instance id, attempt) stands; one missing from the answer ended or was
+        readdressed under another attempt."""
+        if not attempts:
+            return {}
+        params: dict[str, Any] = {}
+        names = []
+        for n, (instance_id, _) in enumerate(attempts):
+            params[f"i{n}"] = instance_id
+            names.append(f":i{n}")
+        wanted = set(attempts)
+
+        def read(tx: Tx) -> dict[tuple[str, str], tuple[Delivery, str | None]]:
+            rows = tx.fetchall(
+                "SELECT instance_id, attempt, delivery, error FROM instance_orders"  # noqa: S608
+                f" WHERE instance_id IN ({', '.join(names)})",
+                params,
+            )
+            return {
+                (r["instance_id"], r["attempt"]): (Delivery(r["delivery"]), r["error"])
+                for r in rows
+                if (r["instance_id"], r["attempt"]) in wanted and r["delivery"] is not None
+            }
+
+        return await self._db.read(read)
