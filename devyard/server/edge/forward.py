@@ -23,6 +23,9 @@ refuse every kind but their own (``egress``, ``build_log``), so a host cannot se
 The splice is the core's (no copy on the direct path, bounded by mux windows), plus resets: a
 stream reset on one side resets the other, so an abort travels end to end. One bad stream ends
 that stream only.
+
+Metrics (`forward_metrics`, docs/scale-out.md): the origin counts and times its forwarded
+opens by kind and outcome, the holder counts the forwards it serves and the bytes it splices.
 """
 
 from __future__ import annotations
