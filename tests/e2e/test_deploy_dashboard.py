@@ -17,7 +17,9 @@ from devyard.connector.metrics import Metrics
 from devyard.connector.metrics import render as render_connector
 from devyard.hostd.metrics import render as render_host
 from devyard.server import metrics as server_metrics
+from devyard.server.cluster import election as _election  # noqa: F401  (connector locks)
 from devyard.server.cluster import metrics as _cluster_metrics  # noqa: F401  (registers its families)
+from devyard.server.edge import forward_metrics as _forward_metrics  # noqa: F401  (the same)
 
 DASHBOARD = Path(__file__).parents[2] / "deploy" / "grafana" / "devyard-dashboard.json"
 _SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "info": ("_info",)}

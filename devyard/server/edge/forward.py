@@ -23,11 +23,15 @@ refuse every kind but their own (``egress``, ``build_log``), so a host cannot se
 The splice is the core's (no copy on the direct path, bounded by mux windows), plus resets: a
 stream reset on one side resets the other, so an abort travels end to end. One bad stream ends
 that stream only.
+
+Metrics (`forward_metrics`, docs/scale-out.md): the origin counts and times its forwarded
+opens by kind and outcome, the holder counts the forwards it serves and the bytes it splices.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Final, Protocol
@@ -52,6 +56,7 @@ from ..store.base import Store, Tunnel
 from ..store.errors import NotFound
 from ..tunnels import EndReason, TunnelConnections, TunnelStatus
 from .connectors import TunnelDialError, TunnelUnavailable
+from .forward_metrics import FORWARD_BYTES, FORWARD_OPEN_SECONDS, FORWARD_OPENS, FORWARD_SERVED
 from .links import Edge
 from .peers import (
     PEER_PATH,
@@ -108,7 +113,29 @@ class MemoryHolders:
 
 
 class _NotLinked(Exception):
-    """The holder replica has no such link (any more)."""
+    """The holder replica has no such link (any more); *outcome* says how we know (metrics:
+    ``no_holder``, ``lookup_failed``, ``not_linked``)."""
+
+    def __init__(self, message: str, outcome: str = "not_linked") -> None:
+        super().__init__(message)
+        self.outcome = outcome
+
+
+class _PeerTimeout(PeerUnavailable):
+    """The holder replica did not answer the forward request in time."""
+
+
+def _outcome(exc: BaseException) -> str:
+    """The ``outcome`` label of a forwarded open that raised *exc*."""
+    if isinstance(exc, _NotLinked):
+        return exc.outcome
+    if isinstance(exc, _PeerTimeout):
+        return "timeout"
+    if isinstance(exc, PeerUnavailable):
+        return "peer_unreachable"
+    if isinstance(exc, OpenError):
+        return "refused"
+    return "cancelled" if isinstance(exc, trio.Cancelled) else "error"
 
 
 # ---- the splice -------------------------------------------------------------------------
@@ -126,10 +153,18 @@ def _reset(stream: trio.abc.Stream) -> None:
 
 
 async def forward_splice(
-    a: trio.abc.Stream, b: trio.abc.Stream, *, linger: float = _LINGER
+    a: trio.abc.Stream, b: trio.abc.Stream, *, kind: str, linger: float = _LINGER
 ) -> SpliceResult:
-    """`devyard.core.splice`, but a reset (or any break) of one side resets the other."""
-    counts = ([0], [0])
+    """`devyard.core.splice`, but a reset (or any break) of one side resets the other. The
+    bytes count toward ``devyard_forward_bytes_total{kind}`` as they cross (a is the peer's
+    side: a to b is toward the host or connector)."""
+    with FORWARD_BYTES.counting(kind) as counts:
+        return await _splice(a, b, counts, linger)
+
+
+async def _splice(
+    a: trio.abc.Stream, b: trio.abc.Stream, counts: tuple[list[int], list[int]], linger: float
+) -> SpliceResult:
     try:
         async with trio.open_nursery() as nursery:
             done = [0]
@@ -178,7 +213,7 @@ class Forwarder:
         """`Edge.open_instance_stream` through the replica holding *host_id*'s link."""
         inner = {**fields, "kind": kind, "instance_id": instance_id}
         try:
-            return await self._forward("host", host_id, inner)
+            return await self._forward("instance", "host", host_id, inner)
         except (_NotLinked, PeerUnavailable) as exc:
             raise HostUnavailableError(f"host {host_id} is not connected ({exc})") from None
 
@@ -202,7 +237,7 @@ class Forwarder:
             "selector_version": selector_version,
         }
         try:
-            return await self._forward("connector", tunnel_id, inner)
+            return await self._forward("tunnel", "connector", tunnel_id, inner)
         except (_NotLinked, PeerUnavailable) as exc:
             raise TunnelUnavailable(f"tunnel {tunnel_name!r} is offline ({exc})") from None
         except OpenError as exc:
@@ -211,20 +246,34 @@ class Forwarder:
     async def probe(self, tunnel_id: str, org_id: str, tunnel_name: str) -> bool:
         inner = {"kind": "probe", "org_id": org_id, "tunnel": tunnel_name}
         try:
-            stream = await self._forward("connector", tunnel_id, inner)
+            stream = await self._forward("probe", "connector", tunnel_id, inner)
         except (_NotLinked, PeerUnavailable, OpenError):
             return False
         await trio.aclose_forcefully(stream)
         return True
 
-    async def _forward(self, target: str, key: str, inner: dict[str, Any]) -> MuxStream:
+    async def _forward(self, kind: str, target: str, key: str, inner: dict[str, Any]) -> MuxStream:
+        """`_open`, counted and timed by *kind* (forward_metrics)."""
+        start = time.perf_counter()
+        try:
+            stream = await self._open(target, key, inner)
+        except BaseException as exc:
+            FORWARD_OPENS.labels(kind, _outcome(exc)).inc()
+            raise
+        FORWARD_OPEN_SECONDS.labels(kind).observe(time.perf_counter() - start)
+        FORWARD_OPENS.labels(kind, "ok").inc()
+        self.forwarded += 1
+        return stream
+
+    async def _open(self, target: str, key: str, inner: dict[str, Any]) -> MuxStream:
         try:
             holder = await self._lookup.holder(target, key)
         except Exception as exc:  # the registry is down: as if nobody held the link
             log.warning("who holds %s %s: the lookup failed", target, key, exc_info=True)
-            raise _NotLinked(f"the holder lookup failed: {type(exc).__name__}") from exc
+            message = f"the holder lookup failed: {type(exc).__name__}"
+            raise _NotLinked(message, "lookup_failed") from exc
         if holder is None or holder.replica_id == self._pool.replica_id:
-            raise _NotLinked(f"no replica holds {target} {key}")
+            raise _NotLinked(f"no replica holds {target} {key}", "no_holder")
         stream = await self._pool.open_stream(holder.peer_url)
         try:
             with trio.fail_after(_OPEN_TIMEOUT):
@@ -233,11 +282,12 @@ class Forwarder:
                 reply = await receive_message(stream)
         except BaseException as exc:
             await trio.aclose_forcefully(stream)
-            if isinstance(exc, trio.TooSlowError | trio.BrokenResourceError):
+            if isinstance(exc, trio.TooSlowError):
+                raise _PeerTimeout(f"replica {holder.replica_id}: {exc!r}") from exc
+            if isinstance(exc, trio.BrokenResourceError):
                 raise PeerUnavailable(f"replica {holder.replica_id}: {exc!r}") from exc
             raise
         if reply.get("ok") is True:
-            self.forwarded += 1
             return stream
         await trio.aclose_forcefully(stream)
         message = str(reply.get("message", ""))
@@ -267,45 +317,53 @@ class ForwardServer:
         inner = request.get("open")
         target, key = request.get("target"), request.get("key")
         if not isinstance(inner, dict) or not isinstance(key, str):
+            FORWARD_SERVED.labels("other", "bad_request").inc()
             await reject_open(stream, "bad-request", "forward needs a key and an open request")
             return
         kind = inner.pop("kind", None)
         if target == "host" and isinstance(kind, str) and kind != "forward":
-            upstream = await self._open_host(stream, key, kind, inner)
+            label, opened = "instance", await self._open_host(stream, key, kind, inner)
         elif target == "connector" and kind in ("tunnel-dial", "probe"):
-            upstream = await self._open_connector(stream, str(kind), inner)
+            label = "tunnel" if kind == "tunnel-dial" else "probe"
+            opened = await self._open_connector(stream, str(kind), inner)
         else:
+            FORWARD_SERVED.labels("other", "bad_request").inc()
             await reject_open(stream, "bad-request", f"cannot forward {kind!r} to {target!r}")
             return
-        if upstream is None:
+        if isinstance(opened, str):  # answered already: a refusal, or a probe's ok
+            FORWARD_SERVED.labels(label, opened).inc()
             return
+        FORWARD_SERVED.labels(label, "ok").inc()
         self.served += 1
         await accept_open(stream)
-        await forward_splice(stream, upstream)
+        await forward_splice(stream, opened, kind=label)
+
+    # Each returns the stream opened upstream, or (the peer answered already) the outcome.
 
     async def _open_host(
         self, stream: MuxStream, host_id: str, kind: str, inner: dict[str, Any]
-    ) -> trio.abc.Stream | None:
+    ) -> trio.abc.Stream | str:
         instance_id = str(inner.pop("instance_id", ""))
         try:
             return await self._edge.open_linked_stream(host_id, kind, instance_id, **inner)
         except HostUnavailableError as exc:
             await _not_linked(stream, str(exc))
+            return "not_linked"
         except OpenError as exc:
             await reject_open(stream, exc.code, exc.message, retry_after_s=exc.retry_after_s)
-        return None
+            return "refused"
 
     async def _open_connector(
         self, stream: MuxStream, kind: str, inner: dict[str, Any]
-    ) -> trio.abc.Stream | None:
+    ) -> trio.abc.Stream | str:
         org_id, name = str(inner.get("org_id", "")), str(inner.get("tunnel", ""))
         if kind == "probe":
             with trio.move_on_after(_OPEN_TIMEOUT):
                 if await self._tunnels.probe(org_id, name):
                     await accept_open(stream)
-                    return None
+                    return "ok"
             await _not_linked(stream, f"tunnel {name!r} has no connector answering here")
-            return None
+            return "not_linked"
         version = inner.get("selector_version")
         try:
             with trio.fail_after(_OPEN_TIMEOUT * 3):
@@ -318,11 +376,13 @@ class ForwardServer:
                 )
         except TunnelUnavailable as exc:
             await _not_linked(stream, str(exc))
+            return "not_linked"
         except TunnelDialError as exc:
             await reject_open(stream, exc.code, str(exc))
+            return "refused"
         except trio.TooSlowError:
             await reject_open(stream, "timeout", f"tunnel {name!r} did not answer in time")
-        return None
+            return "timeout"
 
 
 async def _not_linked(stream: MuxStream, message: str) -> None:

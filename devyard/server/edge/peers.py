@@ -50,6 +50,7 @@ from ...core.transports import link_url
 from ...core.versions import SERVER_VERSION
 from ._route import LinkRequest, Refusal, refuse_hello, serve_asgi_link, serve_upgraded_link
 from .asgi_stream import Receive, Send
+from .forward_metrics import PEER_LINK_DIALS, PEER_LINK_LOSSES, PEER_LINKS
 
 log = logging.getLogger(__name__)
 
@@ -163,10 +164,11 @@ class PeerLinks:
         self.linked[peer_id] = self.linked.get(peer_id, 0) + 1
         log.info("replica %s linked", peer_id)
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._accept, peer_id, session)
-                await _drain_control(control)
-                nursery.cancel_scope.cancel()
+            with PEER_LINKS.labels("in").track_inprogress():
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._accept, peer_id, session)
+                    await _drain_control(control)
+                    nursery.cancel_scope.cancel()
         finally:
             self.linked[peer_id] -= 1
             if not self.linked[peer_id]:
@@ -291,22 +293,33 @@ class PeerPool:
                 "version": __version__,
             }
 
+        was_up = False  # the current attempt registered (a loss, not a failed dial)
+
         async def registered(
             session: Session, control: ControlChannel, reply: dict[str, Any]
         ) -> None:
-            peer.session, peer.error = session, None
+            nonlocal was_up
+            peer.session, peer.error, was_up = session, None, True
             peer.pulse()
+            PEER_LINK_DIALS.labels("ok").inc()
             log.info("linked to replica %s at %s", reply.get("replica_id"), peer.url)
             try:
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(_refuse_streams, session)
-                    await _drain_control(control)
-                    nursery.cancel_scope.cancel()
+                with PEER_LINKS.labels("out").track_inprogress():
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(_refuse_streams, session)
+                        await _drain_control(control)
+                        nursery.cancel_scope.cancel()
             finally:
                 peer.session = None
             raise LinkLost("the peer closed the control stream")
 
-        def lost(exc: BaseException) -> None:
+        def lost(exc: BaseException) -> None:  # not at shutdown: run_link's own cancellation
+            nonlocal was_up
+            if was_up:
+                PEER_LINK_LOSSES.inc()
+            else:
+                PEER_LINK_DIALS.labels("failed").inc()
+            was_up = False
             peer.error = f"link lost: {type(exc).__name__}"
             if not peer.waiting:  # a drained or killed peer is not redialled forever: the
                 peer.stop.set()  # next need dials again (`_hold` forgets this one)
@@ -326,6 +339,7 @@ class PeerPool:
                     ssl_context=self._ssl_context,
                 )
         except LinkRefused as exc:
+            PEER_LINK_DIALS.labels("refused").inc()
             log.error("replica at %s refused our link: %s", peer.url, exc.code)
             peer.error, peer.refused = f"refused ({exc.code})", True
         finally:

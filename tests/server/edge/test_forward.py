@@ -54,10 +54,12 @@ from devyard.server.edge.peers import (
     peer_token,
 )
 from devyard.server.hosts import HostUnavailableError, InstanceOrder, InstancePhase
+from devyard.server.metrics import REGISTRY
 from devyard.server.serve import _serve, open_configured_store
 from devyard.server.store import Store
 from devyard.server.store.base import InstanceState, Platform
 from tests.polling import eventually
+from tests.ports import free_port
 from tests.server.edge.test_host_links import Recorder
 
 SECRET = "cluster-secret-for-tests-0123456789"
@@ -206,6 +208,34 @@ async def fake_host(url: str, token: str) -> AsyncIterator[FakeHost]:
         nursery.cancel_scope.cancel()
 
 
+# ---- the forwarding metrics (forward_metrics, one registry for both replicas here) ----------
+
+Sample = tuple[str, frozenset[tuple[str, str]]]
+
+
+def forward_samples() -> dict[Sample, float]:
+    """The forwarding and peer link samples now, histogram buckets and sums left out."""
+    samples: dict[Sample, float] = {}
+    for family in REGISTRY.collect():
+        if not family.name.startswith(("devyard_forward", "devyard_peer")):
+            continue
+        for sample in family.samples:
+            if not sample.name.endswith(("_created", "_bucket", "_sum")):
+                samples[sample.name, frozenset(sample.labels.items())] = sample.value
+    return samples
+
+
+def moved(before: dict[Sample, float]) -> dict[str, float]:
+    """What changed since *before*, as ``name{label=value,...}`` -> change."""
+    changes: dict[str, float] = {}
+    for key, value in forward_samples().items():
+        change = value - before.get(key, 0.0)
+        if change:
+            name, labels = key
+            changes[f"{name}{{{','.join(f'{k}={v}' for k, v in sorted(labels))}}}"] = change
+    return changes
+
+
 # ---- the tests -----------------------------------------------------------------------------
 
 
@@ -284,12 +314,25 @@ async def test_a_stream_through_replica_2_reaches_a_real_host_on_replica_1(
 
         # replica 2 has no link to the host: it forwards through replica 1
         assert cluster.r2.edge.hosts() == []
+        before = forward_samples()
         stream = await cluster.r2.edge.open_instance_stream(
             host_id, "http", "android_local_1", port=8080
         )
-        sent, back, trailer = await _exchange(stream, 8 * 1024 * 1024 + 5)
+        size = 8 * 1024 * 1024 + 5
+        sent, back, trailer = await _exchange(stream, size)
         assert back == sent
         assert trailer == b"bye"  # after our EOF the other direction still carried bytes
+        # one dial, one link each side, one open; the holder counted the bytes as they crossed
+        assert moved(before) == {
+            "devyard_peer_link_dials_total{outcome=ok}": 1,
+            "devyard_peer_links{side=in}": 1,
+            "devyard_peer_links{side=out}": 1,
+            "devyard_forward_opens_total{kind=instance,outcome=ok}": 1,
+            "devyard_forward_open_seconds_count{kind=instance}": 1,
+            "devyard_forward_served_total{kind=instance,outcome=ok}": 1,
+            "devyard_forward_bytes_total{direction=to_target,kind=instance}": size,
+            "devyard_forward_bytes_total{direction=from_target,kind=instance}": size + 3,
+        }
         await stream.aclose()
 
         # a second stream reuses the one link, and the host's own refusals come through as such
@@ -298,6 +341,10 @@ async def test_a_stream_through_replica_2_reaches_a_real_host_on_replica_1(
         assert refused.value.code == "not-found"
         assert cluster.r2.edge.forwarder is not None
         assert cluster.r2.edge.forwarder.forwarded == 1  # type: ignore[attr-defined]
+        changes = moved(before)
+        assert changes["devyard_forward_opens_total{kind=instance,outcome=refused}"] == 1
+        assert changes["devyard_forward_served_total{kind=instance,outcome=refused}"] == 1
+        assert changes["devyard_peer_link_dials_total{outcome=ok}"] == 1  # the link was reused
         nursery.cancel_scope.cancel()
 
 
@@ -349,19 +396,37 @@ async def test_resets_refusals_boundaries_and_egress_across_replicas(tmp_path: P
             # "not connected", and replica 1 never forwards again (no loop)
             forwarder = r1.edge.forwarder
             assert isinstance(forwarder, Forwarder)
-            before = forwarder.forwarded
-            for holder in (None, r2.holder(), r1.holder()):
+            before, samples = forwarder.forwarded, forward_samples()
+            nobody = Holder("r3", f"http://127.0.0.1:{free_port()}")  # nothing listens there
+            for holder in (None, r2.holder(), r1.holder(), nobody):
                 if holder is not None:
                     cluster.holders.holders[("host", "host_gone")] = holder
                 with pytest.raises(HostUnavailableError):
                     await r2.edge.open_instance_stream("host_gone", "adb", "echo")
             assert forwarder.forwarded == before
+            changes = moved(samples)
+            # the pool may dial nobody once more before it sees no need waits
+            assert changes.pop("devyard_peer_link_dials_total{outcome=failed}") >= 1
+            assert changes == {
+                "devyard_forward_opens_total{kind=instance,outcome=no_holder}": 2,
+                "devyard_forward_opens_total{kind=instance,outcome=not_linked}": 1,
+                "devyard_forward_served_total{kind=instance,outcome=not_linked}": 1,
+                "devyard_forward_opens_total{kind=instance,outcome=peer_unreachable}": 1,
+                # r2's first need of r1 on its WebSocket URL (the raw port's link is another)
+                "devyard_peer_link_dials_total{outcome=ok}": 1,
+                "devyard_peer_links{side=in}": 1,
+                "devyard_peer_links{side=out}": 1,
+            }
 
         # a wrong cluster secret is refused at the upgrade (401), and the pool says so at once
         stranger = PeerConfig(replica_id="r9", cluster_secret="not-the-cluster-secret-at-all")
+        samples = forward_samples()
         async with open_peer_pool(stranger) as pool:
             with trio.fail_after(10), pytest.raises(PeerUnavailable, match="refused"):
                 await pool.open_stream(r1.url)
+        changes = moved(samples)
+        changes.pop("devyard_peer_link_dials_total{outcome=failed}", None)  # nobody's, above
+        assert changes == {"devyard_peer_link_dials_total{outcome=refused}": 1}
         with pytest.raises(UpgradeRejected) as rejected:
             bad = [(b"authorization", f"Bearer {peer_token('wrong' * 4, 'r1')}".encode())]
             async with open_transport(link_url(r1.url, PEER_PATH), extra_headers=bad):
@@ -400,16 +465,35 @@ async def test_resets_refusals_boundaries_and_egress_across_replicas(tmp_path: P
             host_id=host_id,
         )
         async with fake_host(r1.url, token) as host:
+            samples = forward_samples()
             probe = await host.session.open_stream()
             await request_open(probe, "egress", instance_id=instance.id, probe=True)
             egress = await host.session.open_stream()
             await request_open(egress, "egress", instance_id=instance.id, dest=dest)
-            sent, back, _ = await _exchange(egress, 2 * 1024 * 1024 + 3)
+            size = 2 * 1024 * 1024 + 3
+            sent, back, _ = await _exchange(egress, size)
             assert back == sent
             # outside the selectors: the connector's replica refuses, and says why
             outside = await host.session.open_stream()
             with pytest.raises(OpenError) as forbidden:
                 await request_open(outside, "egress", instance_id=instance.id, dest="10.9.9.9:1")
             assert forbidden.value.code == "forbidden"
+            changes = moved(samples)
+            changes.pop("devyard_peer_link_dials_total{outcome=failed}", None)  # nobody's
+            assert changes.pop("devyard_peer_link_dials_total{outcome=ok}") == 1  # r1 to r2
+            assert changes.pop("devyard_peer_links{side=out}") == 1
+            assert changes.pop("devyard_peer_links{side=in}") == 1
+            assert changes == {
+                "devyard_forward_opens_total{kind=probe,outcome=ok}": 1,
+                "devyard_forward_open_seconds_count{kind=probe}": 1,
+                "devyard_forward_served_total{kind=probe,outcome=ok}": 1,
+                "devyard_forward_opens_total{kind=tunnel,outcome=ok}": 1,
+                "devyard_forward_open_seconds_count{kind=tunnel}": 1,
+                "devyard_forward_served_total{kind=tunnel,outcome=ok}": 1,
+                "devyard_forward_bytes_total{direction=to_target,kind=tunnel}": size,
+                "devyard_forward_bytes_total{direction=from_target,kind=tunnel}": size,
+                "devyard_forward_opens_total{kind=tunnel,outcome=refused}": 1,
+                "devyard_forward_served_total{kind=tunnel,outcome=refused}": 1,
+            }
         shutdown.set()
         nursery.cancel_scope.cancel()

@@ -21,6 +21,7 @@ from devyard.server.edge.peers import (
 from devyard.server.serve import _serve, open_configured_store
 from tests.polling import eventually
 from tests.ports import free_port
+from tests.server.edge.test_forward import forward_samples, moved
 
 SECRET = "a-cluster-secret-of-some-length"
 
@@ -86,12 +87,18 @@ async def test_a_lost_link_nobody_waits_for_is_not_redialled_and_the_next_need_d
                 task_status.started(inner.cancel_scope)
 
         r1 = await nursery.start(serve_r1)
+        samples = forward_samples()
         stream = await pool.open_stream(url)
         await trio.aclose_forcefully(stream)
         assert pool.linked() == [url]
         r1.cancel()  # r1 goes away; nothing waits for its link
         await eventually(lambda: pool.held() == [], 10)
         assert pool.linked() == []
+        # one dial, one loss, and no link up on either side any more (r1 is this process too)
+        assert moved(samples) == {
+            "devyard_peer_link_dials_total{outcome=ok}": 1,
+            "devyard_peer_link_losses_total{}": 1,
+        }
         await nursery.start(serve_r1)  # back at the same address: the next need dials
         with trio.fail_after(30):
             while True:  # the first dial may meet the server still starting
@@ -102,4 +109,6 @@ async def test_a_lost_link_nobody_waits_for_is_not_redialled_and_the_next_need_d
                     assert pool.held() in ([], [url])
         await trio.aclose_forcefully(stream)
         assert pool.linked() == [url]
+        assert moved(samples)["devyard_peer_link_dials_total{outcome=ok}"] == 2
+        assert moved(samples)["devyard_peer_links{side=out}"] == 1
         nursery.cancel_scope.cancel()
