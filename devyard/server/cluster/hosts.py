@@ -19,8 +19,8 @@ Theory of operation (docs/scale-out.md).
 - **Orders travel to the holder.** `start_instance` / `stop_instance` for a host linked here
   go on the local link. For a host linked to another replica a start goes through its stored
   row (`orders.OrderDesk`: addressed, claimed by a replica linked to the host, sent, or
-  withdrawn after ``order_timeout_s``; events only wake), and a stop travels as an ``order``
-  event to the holder.
+  withdrawn after ``order_timeout_s``; events only wake), and so does a stop (a row that a
+  replica linked to the host takes and sends).
 - **Instance changes fan out.** The instances service reports each state change
   (`instance_changed`); other replicas hand it to their service (`on_instance_changed`), so
   a ``wait`` on the replica that created an instance sees the READY its host reported to
@@ -57,7 +57,6 @@ log = logging.getLogger(__name__)
 
 __all__ = ["ClusterHosts"]
 
-_STOP_SENDS: Final = 64  # stops from other replicas being sent on local links at once
 _ORDERS_REMEMBERED: Final = 4096  # when orders from other replicas went out (reconciliation)
 
 
@@ -101,7 +100,6 @@ class ClusterHosts:
         self.grace = grace
         self._cache: dict[str, HostLease] = {}
         self._dirty = trio.Event()
-        self._stop_slots = trio.Semaphore(_STOP_SENDS)
         self._ordered_at: dict[str, float] = {}  # instance id -> when its order went out here
         self._connectors_changed = trio.Event()
         self._claimed_tunnels: dict[str, str] = {}  # tunnel id -> its active connector's id
@@ -161,11 +159,7 @@ class ClusterHosts:
             return
         try:
             holder = await self._holder_of(host_id)
-            if holder is None or holder == self.replica_id:
-                return  # a host that is gone is not an error
-            await self._bus.publish(
-                Topic.ORDER, to=holder, op="stop", host_id=host_id, instance_id=instance_id
-            )
+            await self.orders.stop(holder, host_id, instance_id)
         except StoreError:  # as with a broken link: the host reconciles when it links again
             log.warning("host %s: could not send the stop of %s", host_id, instance_id)
 
@@ -429,24 +423,11 @@ class ClusterHosts:
                 ):
                     nursery.start_soon(self._reclaim, str(fields.get("host_id")))
             elif event.topic == Topic.ORDER and fields.get("to") == self.replica_id:
-                if fields.get("op") == "stop":
-                    await self._stop_slots.acquire()
-                    nursery.start_soon(self._serve_stop, fields)
-                else:
-                    self.orders.arrived()
+                self.orders.arrived()  # a start or a stop: its row says which
             elif event.topic == Topic.ORDER_DONE and fields.get("to") == self.replica_id:
                 self.orders.answered()
             elif event.topic == Topic.INSTANCE and event.sender != self.replica_id:
                 await self._instance_changed(fields)
-
-    async def _serve_stop(self, fields: dict[str, Any]) -> None:
-        """A stop from another replica for a host linked here: send it on the link."""
-        try:
-            await self._edge.stop_instance(str(fields["host_id"]), str(fields["instance_id"]))
-        except KeyError:
-            log.warning("cluster: a malformed stop order")
-        finally:
-            self._stop_slots.release()
 
     async def _instance_changed(self, fields: dict[str, Any]) -> None:
         handler = self.on_instance_changed

@@ -14,6 +14,9 @@ transaction on (`store.order_delivery`); its delivery is three conditional updat
   one conditional update (``taken``: of two replicas linked to one host, one sends it), sends
   it on its link, marks it ``sent`` (or ``failed``, and why), and sends ``order_done`` to
   wake the creator.
+- **Stops are rows as well** (`stop`): inserted for the host, deleted by the replica linked to
+  it that sends them, so a stop dropped with an event in a burst of deletions does not leave
+  an instance running on a host whose slot the store already gave away.
 - **Events only hurry things**: the creator also rereads its waiting rows every ``poll_s``
   (`watch`, one query for all of them). A NOTIFY dropped in a burst (a full subscriber
   buffer) or lost in a bus reconnect costs up to ``poll_s``, never the order, and never a
@@ -27,6 +30,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Final
 
 import attrs
@@ -35,7 +39,7 @@ import trio
 from ..edge.links import Edge
 from ..hosts import HostUnavailableError, InstanceOrder
 from ..store.errors import StoreError
-from ..store.order_delivery import Addressed, Delivery, SqlOrderDelivery
+from ..store.order_delivery import Addressed, Delivery, SqlOrderDelivery, Stop
 from .bus import Bus, PayloadTooLarge, Topic
 
 log = logging.getLogger(__name__)
@@ -46,6 +50,7 @@ POLL_S: Final = 1.0  # each side rereads the rows at least this often
 _SENDS: Final = 64  # orders being sent on local links at once
 _BATCH: Final = 256  # pending rows read per pass
 _STATES: Final = 500  # waiting rows read per query
+_STOPS_KEPT: Final = timedelta(days=1)  # a stop for a host that never links again goes then
 
 
 class OrderUnsettled(HostUnavailableError):
@@ -92,6 +97,7 @@ class OrderDesk:
         self._answered = trio.Event()
         self._arrived = trio.Event()
         self._sending: set[tuple[str, str]] = set()
+        self._next_forget = 0.0
 
     # ---- the creator's side --------------------------------------------------------------
 
@@ -136,6 +142,13 @@ class OrderDesk:
         finally:
             del self._waiting[key]
 
+    async def stop(self, holder: str | None, host_id: str, instance_id: str) -> None:
+        """Have a replica linked to *host_id* stop *instance_id* there (not awaited: the row
+        waits for the host). Raises `StoreError` when it could not be recorded."""
+        await self._rows.add_stop(instance_id, host_id, datetime.now(UTC))
+        if holder is not None:
+            await self._hurry(Topic.ORDER, holder, op="stop", host_id=host_id)
+
     def answered(self) -> None:
         """An ``order_done`` (or lost events): reread the waiting rows now."""
         self._answered.set()
@@ -171,7 +184,8 @@ class OrderDesk:
         self._arrived.set()
 
     async def serve(self) -> None:
-        """Send the pending orders for hosts linked here, at least every ``poll_s``."""
+        """Send the pending orders and stops for hosts linked here, at least every
+        ``poll_s``."""
         slots = trio.Semaphore(_SENDS)
         async with trio.open_nursery() as nursery:
             while True:
@@ -181,6 +195,7 @@ class OrderDesk:
                 linked = [h.id for h in self._edge.hosts()]
                 try:
                     found = await self._rows.pending(linked, _BATCH)
+                    stops = await self._rows.stops(linked, _BATCH)
                 except StoreError as exc:
                     log.warning("cluster: reading pending orders failed: %s", exc)
                     continue
@@ -191,8 +206,29 @@ class OrderDesk:
                     await slots.acquire()
                     self._sending.add(key)
                     nursery.start_soon(self._send, addressed, slots)
-                if len(found) == _BATCH:
+                for stop in stops:
+                    await self._send_stop(stop)
+                if len(found) == _BATCH or len(stops) == _BATCH:
                     self._arrived.set()  # more wait than one pass reads
+                if trio.current_time() >= self._next_forget:
+                    self._next_forget = trio.current_time() + 3600
+                    await self._forget_stops()
+
+    async def _send_stop(self, stop: Stop) -> None:
+        try:
+            if await self._rows.take_stop(stop):
+                await self._edge.stop_instance(stop.host_id, stop.instance_id)
+        except StoreError as exc:
+            log.warning("cluster: the stop of %s: %s", stop.instance_id, exc)
+
+    async def _forget_stops(self) -> None:
+        try:
+            forgotten = await self._rows.forget_stops(datetime.now(UTC) - _STOPS_KEPT)
+        except StoreError as exc:
+            log.warning("cluster: forgetting old stops failed: %s", exc)
+            return
+        if forgotten:
+            log.info("cluster: forgot %d stops for hosts that did not link again", forgotten)
 
     async def _send(self, addressed: Addressed, slots: trio.Semaphore) -> None:
         key = (addressed.instance_id, addressed.attempt)

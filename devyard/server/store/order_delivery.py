@@ -17,6 +17,11 @@ them wins: an order the creator gave up on is never sent late (it would start a 
 next to the one the next host runs), and one the holder sent is never given up on. NOTIFY
 events only wake the two sides early; each polls the rows as well, so a dropped event costs a
 poll interval, not the order.
+
+Stops for a host linked elsewhere are rows too (``instance_stops``): the replica ending the
+instance inserts one, a replica linked to the host deletes it (one wins) and sends the stop.
+A stop for a host linked nowhere waits for it (the host's registration also reconciles) and is
+forgotten after a day.
 """
 
 from __future__ import annotations
@@ -24,13 +29,14 @@ from __future__ import annotations
 import enum
 import json
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any, Final
 
 import attrs
 
 from .database import Database, Tx
 
-__all__ = ["DELIVERY_STATEMENTS", "Addressed", "Delivery", "SqlOrderDelivery"]
+__all__ = ["DELIVERY_STATEMENTS", "Addressed", "Delivery", "SqlOrderDelivery", "Stop"]
 
 DELIVERY_STATEMENTS: Final[tuple[str, ...]] = (
     "ALTER TABLE instance_orders ADD COLUMN host_id TEXT",
@@ -39,6 +45,14 @@ DELIVERY_STATEMENTS: Final[tuple[str, ...]] = (
     "ALTER TABLE instance_orders ADD COLUMN delivery TEXT",
     "ALTER TABLE instance_orders ADD COLUMN error TEXT",
     "CREATE INDEX instance_orders_pending ON instance_orders (host_id) WHERE delivery = 'pending'",
+    """
+    CREATE TABLE instance_stops (
+        instance_id TEXT PRIMARY KEY,
+        host_id     TEXT NOT NULL,
+        made_at     {timestamp} NOT NULL
+    )
+    """,
+    "CREATE INDEX instance_stops_by_host ON instance_stops (host_id)",
 )
 
 
@@ -58,6 +72,21 @@ class Addressed:
     host_id: str
     attempt: str
     orderer: str
+
+
+@attrs.frozen
+class Stop:
+    instance_id: str
+    host_id: str
+
+
+def _in(prefix: str, values: Sequence[str], params: dict[str, Any]) -> str:
+    """``:p0, :p1, ...`` for an IN list, the values put in *params*."""
+    names = []
+    for n, value in enumerate(values):
+        params[f"{prefix}{n}"] = value
+        names.append(f":{prefix}{n}")
+    return ", ".join(names)
 
 
 class SqlOrderDelivery:
@@ -94,15 +123,12 @@ class SqlOrderDelivery:
         if not host_ids:
             return []
         params: dict[str, Any] = {"pending": Delivery.PENDING.value, "limit": limit}
-        names = []
-        for n, host_id in enumerate(sorted(set(host_ids))):
-            params[f"h{n}"] = host_id
-            names.append(f":h{n}")
+        hosts = _in("h", sorted(set(host_ids)), params)
 
         def read(tx: Tx) -> list[Addressed]:
             rows = tx.fetchall(
                 "SELECT instance_id, host_id, attempt, orderer FROM instance_orders"  # noqa: S608
-                f" WHERE delivery = :pending AND host_id IN ({', '.join(names)})"
+                f" WHERE delivery = :pending AND host_id IN ({hosts})"
                 " ORDER BY instance_id LIMIT :limit",
                 params,
             )
@@ -183,16 +209,13 @@ class SqlOrderDelivery:
         if not attempts:
             return {}
         params: dict[str, Any] = {}
-        names = []
-        for n, (instance_id, _) in enumerate(attempts):
-            params[f"i{n}"] = instance_id
-            names.append(f":i{n}")
+        ids = _in("i", [instance_id for instance_id, _ in attempts], params)
         wanted = set(attempts)
 
         def read(tx: Tx) -> dict[tuple[str, str], tuple[Delivery, str | None]]:
             rows = tx.fetchall(
                 "SELECT instance_id, attempt, delivery, error FROM instance_orders"  # noqa: S608
-                f" WHERE instance_id IN ({', '.join(names)})",
+                f" WHERE instance_id IN ({ids})",
                 params,
             )
             return {
@@ -202,3 +225,57 @@ class SqlOrderDelivery:
             }
 
         return await self._db.read(read)
+
+    # ---- stops -----------------------------------------------------------------------------
+
+    async def add_stop(self, instance_id: str, host_id: str, at: datetime) -> None:
+        """A stop of *instance_id* for *host_id*, for whichever replica is linked to it."""
+
+        def add(tx: Tx) -> None:
+            tx.execute("DELETE FROM instance_stops WHERE instance_id = :id", {"id": instance_id})
+            tx.execute(
+                "INSERT INTO instance_stops (instance_id, host_id, made_at)"
+                " VALUES (:id, :host, :at)",
+                {"id": instance_id, "host": host_id, "at": at},
+            )
+
+        await self._db.write(add)
+
+    async def stops(self, host_ids: Sequence[str], limit: int) -> list[Stop]:
+        """Stops waiting for any of *host_ids*."""
+        if not host_ids:
+            return []
+        params: dict[str, Any] = {"limit": limit}
+        hosts = _in("h", sorted(set(host_ids)), params)
+
+        def read(tx: Tx) -> list[Stop]:
+            rows = tx.fetchall(
+                "SELECT instance_id, host_id FROM instance_stops"  # noqa: S608
+                f" WHERE host_id IN ({hosts}) ORDER BY instance_id LIMIT :limit",
+                params,
+            )
+            return [Stop(r["instance_id"], r["host_id"]) for r in rows]
+
+        return await self._db.read(read)
+
+    async def take_stop(self, stop: Stop) -> bool:
+        """Take *stop* to send it; False when another replica took it (or it changed)."""
+
+        def take(tx: Tx) -> bool:
+            return (
+                tx.execute(
+                    "DELETE FROM instance_stops WHERE instance_id = :id AND host_id = :host",
+                    {"id": stop.instance_id, "host": stop.host_id},
+                )
+                > 0
+            )
+
+        return await self._db.write(take)
+
+    async def forget_stops(self, before: datetime) -> int:
+        """Drop stops made before *before* (for hosts that never linked again)."""
+
+        def forget(tx: Tx) -> int:
+            return tx.execute("DELETE FROM instance_stops WHERE made_at < :at", {"at": before})
+
+        return await self._db.write(forget)

@@ -199,8 +199,18 @@ async def test_stops_for_a_host_held_elsewhere_arrive_at_its_holder(cluster_url:
         await r0.hosts.stop_instance("host_h", "android_1")
         await eventually(lambda: len(host.received) == 1)
         assert host.received == [{"type": "instance_stop", "instance_id": "android_1"}]
+        # a stop whose wake-up is lost (sent to a replica nobody runs): r1 finds its row
+        await r0.hosts.orders.stop("r-nobody", "host_h", "android_3")
+        await eventually(lambda: len(host.received) == 2)
+        assert host.received[1] == {"type": "instance_stop", "instance_id": "android_3"}
         with pytest.raises(HostUnavailableError):
             await r0.hosts.start_instance("host_nowhere", _order("android_2"))
+        # a stop for a host linked nowhere waits for it, and goes once when it links
+        await r0.hosts.stop_instance("host_later", "android_4")
+        async with link_host(r1.edge, "host_later") as later:
+            await eventually(lambda: len(later.received) == 1)
+            assert later.received == [{"type": "instance_stop", "instance_id": "android_4"}]
+        assert len(host.received) == 2
 
 
 async def test_an_expired_replica_loses_what_it_held(cluster_url: str) -> None:
