@@ -9,7 +9,10 @@ several replicas serve them (docs/scale-out.md).
   an organization's end are applied to the local hub and published as a ``tunnel`` event;
   every other replica applies it to its own hub, so connectors linked anywhere hear of it. An
   event too large for a NOTIFY (many long selectors) goes without the selectors and the
-  receivers read the tunnel from the store.
+  receivers read the tunnel from the store. Events lost on the way (a full subscriber buffer,
+  a bus reconnect) are made good from the store (`resync`): each tunnel with a connector here
+  is reread, and a deletion, rotation, revocation, expiry or selector edit it missed is
+  applied, so a revoked token never keeps a connector linked to another replica.
 - Streams into a tunnel (``open_tunnel_stream``, ``probe``) go to the local hub.
 - With a database URL (*url*, *db*: `run_cluster`), the active connector of each tunnel is
   elected across replicas (`election.ConnectorElection`, set as the hub's ``election``), and
@@ -25,7 +28,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Final
 
 import attrs
@@ -51,6 +54,7 @@ TunnelReader = Callable[[str, str], Awaitable[Tunnel]]
 #: after a clean stop of a quick tunnel's last connector on a replica, the tunnel is deleted
 #: this much later unless a replica that still has one renews it (single server: at once)
 QUICK_SETTLE_S: Final = 10.0
+RESYNC_CHECK_S: Final = 5.0  # how soon lost events (a set resync flag) are noticed
 _SWEEP_MAX_S: Final = 5.0
 
 
@@ -207,13 +211,44 @@ class ClusterTunnels:
     async def _follow(self, task_status: trio.TaskStatus[None]) -> None:
         async with self._bus.subscribe([Topic.TUNNEL]) as subscription:
             task_status.started()
-            async for event in subscription:
-                if event.sender == self._bus.replica_id:
+            while True:
+                event = None
+                with trio.move_on_after(RESYNC_CHECK_S):  # the flag can be set with no event
+                    event = await subscription.receive.receive()
+                if subscription.resync:  # events were dropped or missed: reread the tunnels
+                    subscription.resync = False
+                    try:
+                        await self.resync()
+                    except Exception:  # the store may be away: the next flag tries again
+                        subscription.resync = True
+                        log.exception("cluster: rereading tunnels after lost events failed")
+                if event is None or event.sender == self._bus.replica_id:
                     continue
                 try:
                     await self._apply(event)
                 except Exception:  # one bad event (or a store hiccup) must not end the loop
                     log.exception("cluster: applying a tunnel change failed")
+
+    async def resync(self) -> None:
+        """What lost ``tunnel`` events would have said, from the store: each tunnel with a
+        connector here that was deleted (or recreated), rotated, revoked or expired ends its
+        connectors; one whose selectors changed sends them ``config``."""
+        now = datetime.now(UTC)
+        for known in self._hub.linked_tunnels():
+            try:
+                stored: Tunnel | None = await self._read_tunnel(known.org_id, known.name)
+            except NotFound:
+                stored = None
+            if stored is None or stored.id != known.id:
+                await self._hub.on_tunnel_ended(known, EndReason.DELETED)
+            elif stored.token_lookup != known.token_lookup:
+                await self._hub.on_tunnel_ended(known, EndReason.ROTATED)
+            elif stored.token_expires_at <= now:
+                revoked = stored.token_expires_at != known.token_expires_at
+                reason = EndReason.REVOKED if revoked else EndReason.EXPIRED
+                await self._hub.on_tunnel_ended(known, reason)
+            elif stored.selector_version != known.selector_version:
+                await self._hub.on_tunnel_changed(stored)
 
     async def _apply(self, event: Event) -> None:
         fields = event.fields

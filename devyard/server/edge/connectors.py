@@ -209,8 +209,12 @@ class ConnectorHub:
             self._active_changed()
         return demoted
 
+    def linked_tunnels(self) -> list[Tunnel]:
+        """The tunnels with a connector (active or standby) linked here, as last learned."""
+        return [e.tunnel for e in self._tunnels.values() if e.connectors()]
+
     def quick_tunnels(self) -> list[Tunnel]:
-        return [e.tunnel for e in self._tunnels.values() if e.tunnel.ephemeral and e.connectors()]
+        return [t for t in self.linked_tunnels() if t.ephemeral]
 
     def status(self, org_id: str, name: str) -> TunnelStatus:
         entry = self._entry(org_id, name)

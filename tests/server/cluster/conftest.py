@@ -4,7 +4,7 @@ in-memory mux session (`link_host`), speaking the host side of the link protocol
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -75,9 +75,11 @@ async def open_replica(
     tmp_path: Path | None = None,
     store: Store | None = None,
     sweep_s: float = 5.0,
+    read_tunnel: Callable[[str, str], Awaitable[Tunnel]] | None = None,
 ) -> AsyncIterator[Replica]:
     """With *store*, a real `InstanceService` consumes the replica's host events (its
-    sweeper passes at least every *sweep_s*)."""
+    sweeper passes at least every *sweep_s*); *read_tunnel*: how its `ClusterTunnels` reads a
+    tunnel from the store (default: every tunnel is unknown)."""
     async with (
         open_postgres_database(url, max_connections=4) as db,
         open_connector_hub(cast(Any, None)) as hub,
@@ -104,7 +106,7 @@ async def open_replica(
             hosts.hub = hub
             hub.on_active_changed = hosts.connectors_changed
             replica = Replica(replica_id, cluster, bus, edge, hosts, [], [], hub=hub)
-            replica.tunnels = ClusterTunnels(hub, hosts, bus, _no_tunnels)
+            replica.tunnels = ClusterTunnels(hub, hosts, bus, read_tunnel or _no_tunnels)
             await nursery.start(replica.tunnels.run)
 
             async def record(instance_id: str, state: str) -> None:

@@ -3,9 +3,10 @@ orders between replicas (docs/scale-out.md)."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 from collections import Counter
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import attrs
@@ -16,6 +17,8 @@ from devyard.server.cluster.bus import Topic
 from devyard.server.cluster.registry import Holder, HolderLookup, Holders
 from devyard.server.hosts import HostUnavailableError, InstanceOrder
 from devyard.server.metrics import REGISTRY
+from devyard.server.store.base import Tunnel
+from devyard.server.store.errors import NotFound
 from devyard.server.tunnels import EndReason
 from tests.polling import eventually, until
 from tests.server.cluster.conftest import (
@@ -290,6 +293,57 @@ async def test_the_bus_reconnects_after_its_connection_is_killed(cluster_url: st
             event = await subscription.receive.receive()
         assert event.fields["change"] == "after"
         assert before >= 1
+
+
+async def test_tunnel_changes_lost_in_a_bus_reconnect_are_read_from_the_store(
+    cluster_url: str,
+) -> None:
+    """Events sent while a replica's LISTEN connection was away are lost: the replica then
+    rereads each tunnel that has a connector linked to it and does what the events said."""
+    now = datetime.now(UTC)
+    gone, rotated, revoked, edited, same = (
+        tunnel(n) for n in ("gone", "rotated", "revoked", "edited", "same")
+    )
+    stored = {
+        "rotated": attrs.evolve(rotated, token_lookup="lookup_new"),
+        "revoked": attrs.evolve(revoked, token_expires_at=now - timedelta(seconds=1)),
+        "edited": attrs.evolve(edited, selectors=("*.edited.test:22",), selector_version=2),
+        "same": same,
+    }
+
+    async def read(org_id: str, name: str) -> Tunnel:
+        await trio.lowlevel.checkpoint()
+        if name not in stored:
+            raise NotFound("tunnel", name)
+        return stored[name]
+
+    async with (
+        open_replica(cluster_url, "r0") as r0,
+        open_replica(cluster_url, "r1", read_tunnel=read) as r1,
+        contextlib.AsyncExitStack() as stack,
+    ):
+        assert r1.hub is not None
+        linked = {
+            t.name: await stack.enter_async_context(link_connector(r1.hub, t))
+            for t in (gone, rotated, revoked, edited, same)
+        }
+        killed = r1.bus.backend_pid
+        assert killed is not None
+        await r0.cluster._db.write(
+            lambda tx: tx.fetchone("SELECT pg_terminate_backend(:pid) AS ok", {"pid": killed})
+        )
+
+        def first_error(name: str) -> str | None:
+            errors = [m["code"] for m in linked[name].received if m["type"] == "error"]
+            return errors[0] if errors else None
+
+        await eventually(lambda: first_error("gone") == "tunnel-deleted", seconds=15)
+        await eventually(lambda: first_error("rotated") == "token-rotated")
+        await eventually(lambda: first_error("revoked") == "token-revoked")
+        await eventually(lambda: any(m["type"] == "config" for m in linked["edited"].received))
+        config = next(m for m in linked["edited"].received if m["type"] == "config")
+        assert "*.edited.test:22" in str(config["selectors"])
+        assert linked["same"].received == []  # nothing changed: nothing said
 
 
 def _sample(name: str) -> float:
