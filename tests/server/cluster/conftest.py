@@ -36,6 +36,7 @@ from devyard.server.store.order_delivery import SqlOrderDelivery
 from devyard.server.store.postgres import open_postgres_database
 from devyard.server.store.rows import utc_now
 from devyard.server.store.sql_cluster import SqlCluster
+from tests.polling import eventually
 
 #: heartbeats and refreshes are driven by the tests (`heartbeat`, `reap`, `refresh`)
 MANUAL: ClusterConfig = ClusterConfig(
@@ -56,6 +57,7 @@ class Replica:
     service: InstanceService | None = None
     hub: ConnectorHub | None = None
     tunnels: ClusterTunnels | None = None
+    stop_tunnels: trio.CancelScope = attrs.field(factory=trio.CancelScope)  # ends tunnels.run
 
 
 @pytest.fixture
@@ -76,10 +78,12 @@ async def open_replica(
     store: Store | None = None,
     sweep_s: float = 5.0,
     read_tunnel: Callable[[str, str], Awaitable[Tunnel]] | None = None,
+    election_poll_s: float | None = None,
 ) -> AsyncIterator[Replica]:
     """With *store*, a real `InstanceService` consumes the replica's host events (its
     sweeper passes at least every *sweep_s*); *read_tunnel*: how its `ClusterTunnels` reads a
-    tunnel from the store (default: every tunnel is unknown)."""
+    tunnel from the store (default: every tunnel is unknown); with *election_poll_s*, its
+    hub's active connectors are elected across replicas (polling that often)."""
     async with (
         open_postgres_database(url, max_connections=4) as db,
         open_connector_hub(cast(Any, None)) as hub,
@@ -106,8 +110,16 @@ async def open_replica(
             hosts.hub = hub
             hub.on_active_changed = hosts.connectors_changed
             replica = Replica(replica_id, cluster, bus, edge, hosts, [], [], hub=hub)
-            replica.tunnels = ClusterTunnels(hub, hosts, bus, read_tunnel or _no_tunnels)
-            await nursery.start(replica.tunnels.run)
+            elect = election_poll_s is not None
+            tunnels = ClusterTunnels(
+                hub, hosts, bus, read_tunnel or _no_tunnels, url=url if elect else None
+            )
+            if tunnels.election is not None and election_poll_s is not None:
+                tunnels.election.poll_s = election_poll_s
+            replica.tunnels = tunnels
+            await nursery.start(_run_until, tunnels, replica.stop_tunnels)
+            if elect:
+                await eventually(lambda: hub.election is not None)
 
             async def record(instance_id: str, state: str) -> None:
                 await trio.lowlevel.checkpoint()
@@ -130,6 +142,13 @@ async def open_replica(
             await nursery.start(hosts.run)
             yield replica
             nursery.cancel_scope.cancel()
+
+
+async def _run_until(
+    tunnels: ClusterTunnels, stop: trio.CancelScope, *, task_status: trio.TaskStatus[None]
+) -> None:
+    with stop:
+        await tunnels.run(task_status=task_status)
 
 
 async def _no_tunnels(org_id: str, name: str) -> Tunnel:

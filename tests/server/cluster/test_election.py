@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import attrs
 import pytest
@@ -17,22 +16,15 @@ import trio.testing
 
 from devyard.core import ControlChannel, open_session
 from devyard.core.link import PROTO
-from devyard.server.cluster.bus import channel_name, open_bus
 from devyard.server.cluster.election import ConnectorElection, lock_key
-from devyard.server.cluster.hosts import ClusterHosts
 from devyard.server.cluster.registry import Holders
 from devyard.server.cluster.tunnels import ClusterTunnels
-from devyard.server.edge import Edge
-from devyard.server.edge.connectors import ConnectorHub, open_connector_hub
-from devyard.server.edge.tokens import HostTokens
-from devyard.server.hosts import EVENT_BUFFER, HostEvent
+from devyard.server.edge.connectors import ConnectorHub
 from devyard.server.metrics import REGISTRY
 from devyard.server.store.base import Tunnel
-from devyard.server.store.order_delivery import SqlOrderDelivery
-from devyard.server.store.postgres import open_postgres_database
 from devyard.server.store.sql_cluster import SqlCluster
 from tests.polling import eventually, until
-from tests.server.cluster.conftest import MANUAL, tunnel
+from tests.server.cluster.conftest import open_replica, tunnel
 
 pytestmark = pytest.mark.postgres
 
@@ -52,47 +44,12 @@ async def open_elected(
     url: str, replica_id: str, *, poll_s: float = 0.25
 ) -> AsyncIterator[Elected]:
     """A replica whose hub's active connectors are elected (until the block ends or `stop`)."""
-    async with (
-        open_postgres_database(url, max_connections=4) as db,
-        open_connector_hub(cast(Any, None)) as hub,
-        trio.open_nursery() as nursery,
-    ):
-        cluster = SqlCluster(db)
-        channel = channel_name(await cluster.current_schema())
-        async with open_bus(url, channel, replica_id, cluster) as bus:
-            send, _ = trio.open_memory_channel[HostEvent](EVENT_BUFFER)
-            tokens = HostTokens(Path("/nonexistent/host_tokens"))
-            edge = Edge(tokens, send, cast(Any, None), cast(Any, None), nursery, grace=30)
-            hosts = ClusterHosts(
-                cluster,
-                bus,
-                edge,
-                send,
-                replica_id=replica_id,
-                peer_url=f"https://{replica_id}.peers.test",
-                config=MANUAL,
-                grace=30,
-                orders=SqlOrderDelivery(db),
-            )
-            edge.leases = hosts
-            hosts.hub = hub
-            hub.on_active_changed = hosts.connectors_changed
-            tunnels = ClusterTunnels(hub, hosts, bus, cast(Any, None), url=url)
-            assert tunnels.election is not None
-            tunnels.election.poll_s = poll_s
-            stop = trio.CancelScope()
-            await nursery.start(hosts.run)
-            await nursery.start(_run_until, tunnels, stop)
-            await eventually(lambda: hub.election is not None)
-            yield Elected(replica_id, cluster, hub, tunnels, tunnels.election, stop)
-            nursery.cancel_scope.cancel()
-
-
-async def _run_until(
-    tunnels: ClusterTunnels, stop: trio.CancelScope, *, task_status: trio.TaskStatus[None]
-) -> None:
-    with stop:
-        await tunnels.run(task_status=task_status)
+    async with open_replica(url, replica_id, election_poll_s=poll_s) as replica:
+        tunnels, hub = replica.tunnels, replica.hub
+        assert tunnels is not None and tunnels.election is not None and hub is not None
+        yield Elected(
+            replica_id, replica.cluster, hub, tunnels, tunnels.election, replica.stop_tunnels
+        )
 
 
 @attrs.define
