@@ -15,6 +15,8 @@ __all__ = [
     "NOTIFY_DROPPED",
     "NOTIFY_LAG",
     "NOTIFY_RECONNECTS",
+    "ORDERS",
+    "ORDER_SECONDS",
     "RESERVATIONS",
 ]
 
@@ -55,5 +57,18 @@ NOTIFY_DROPPED: Final = Counter(
 NOTIFY_RECONNECTS: Final = Counter(
     "devyard_cluster_notify_reconnects_total",
     "Times the LISTEN connection was re-established.",
+    registry=REGISTRY,
+)
+ORDERS: Final = Counter(
+    "devyard_cluster_orders_total",
+    "Start orders this replica handed to another through their row, by outcome (sent, failed,"
+    " withdrawn, unsettled), and stops (stop).",
+    ["outcome"],
+    registry=REGISTRY,
+)
+ORDER_SECONDS: Final = Histogram(
+    "devyard_cluster_order_seconds",
+    "Time from addressing a start order's row to its holder's answer (sent or failed).",
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
     registry=REGISTRY,
 )

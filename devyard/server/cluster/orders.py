@@ -40,6 +40,7 @@ from ..edge.links import Edge
 from ..hosts import HostUnavailableError, InstanceOrder
 from ..store.errors import StoreError
 from ..store.order_delivery import Addressed, Delivery, SqlOrderDelivery, Stop
+from . import metrics
 from .bus import Bus, PayloadTooLarge, Topic
 
 log = logging.getLogger(__name__)
@@ -117,6 +118,8 @@ class OrderDesk:
             raise HostUnavailableError(f"no stored order for {order.instance_id} (it ended)")
         # waiting from here on: before the row is addressed, `watch` would find another attempt
         wait = self._waiting[key] = _Wait()
+        started = trio.current_time()
+        outcome = "unsettled"
         try:
             await self._hurry(Topic.ORDER, holder, host_id=host_id, instance_id=order.instance_id)
             with trio.move_on_after(self._timeout):
@@ -127,6 +130,7 @@ class OrderDesk:
                 except StoreError as exc:
                     raise OrderUnsettled(f"host {host_id}: no answer, {exc}") from exc
                 if withdrawn:
+                    outcome = "withdrawn"
                     raise HostUnavailableError(
                         f"host {host_id} (on replica {holder}) did not take the order"
                         f" within {self._timeout:g} s"
@@ -134,18 +138,21 @@ class OrderDesk:
                 self._answered.set()  # a holder took it just now: its answer is in the row
                 with trio.move_on_after(self._timeout):
                     await wait.done.wait()
-            if wait.state is Delivery.SENT:
-                return
             if not wait.done.is_set():
                 raise OrderUnsettled(f"host {host_id} (on replica {holder}): no answer")
-            raise HostUnavailableError(f"host {host_id} (on replica {holder}): {wait.error}")
+            outcome = wait.state.value
+            metrics.ORDER_SECONDS.observe(trio.current_time() - started)
+            if wait.state is not Delivery.SENT:
+                raise HostUnavailableError(f"host {host_id} (on replica {holder}): {wait.error}")
         finally:
             del self._waiting[key]
+            metrics.ORDERS.labels(outcome).inc()
 
     async def stop(self, holder: str | None, host_id: str, instance_id: str) -> None:
         """Have a replica linked to *host_id* stop *instance_id* there (not awaited: the row
         waits for the host). Raises `StoreError` when it could not be recorded."""
         await self._rows.add_stop(instance_id, host_id, datetime.now(UTC))
+        metrics.ORDERS.labels("stop").inc()
         if holder is not None:
             await self._hurry(Topic.ORDER, holder, op="stop", host_id=host_id)
 

@@ -13,6 +13,7 @@ from devyard.server.cluster.bus import MAX_PAYLOAD
 from devyard.server.cluster.orders import POLL_S, OrderDesk
 from devyard.server.hosts import HostUnavailableError
 from devyard.server.instances import NewInstance
+from devyard.server.metrics import REGISTRY
 from devyard.server.store import Store, open_store
 from devyard.server.store.base import InstanceState, Platform
 from devyard.server.store.order_delivery import Delivery, SqlOrderDelivery
@@ -61,6 +62,10 @@ async def test_an_order_larger_than_a_notify_reaches_a_host_on_another_replica(
         await until(assigned)  # the holder answered the order: rc wrote where it went
 
 
+def _orders(outcome: str) -> float:
+    return REGISTRY.get_sample_value("devyard_cluster_orders_total", {"outcome": outcome}) or 0.0
+
+
 def _starts(host: FakeHost) -> int:
     return sum(1 for m in host.received if m["type"] == "instance_start")
 
@@ -88,11 +93,13 @@ async def test_an_order_whose_event_is_lost_is_found_in_its_row(cluster_url: str
         await until(lambda: _assigned(store, created.id))
         order = await rc.service.stored_order(created.id)
         assert order is not None
+        sent = _orders("sent")
         # the same order again (a host takes a repeated one as a no-op), its wake-up sent to
         # a replica nobody runs, as if the NOTIFY were dropped: ra finds the row by polling
         with trio.fail_after(3 * POLL_S + 5):
             await rc.hosts.orders.order("r-nobody", "host_lost", order)
         await eventually(lambda: _starts(host) == 2)
+        assert _orders("sent") == sent + 1
 
 
 async def test_a_withdrawn_order_is_never_sent_and_a_taken_one_is_never_withdrawn(
@@ -131,10 +138,12 @@ async def test_a_withdrawn_order_is_never_sent_and_a_taken_one_is_never_withdraw
         desk = OrderDesk(rows, rc.bus, rc.edge, replica_id="rc", timeout=0.5, poll_s=0.2)
         order = await rc.service.stored_order(iid)
         assert order is not None
+        withdrawn = _orders("withdrawn")
         async with trio.open_nursery() as nursery:
             nursery.start_soon(desk.watch)
             with pytest.raises(HostUnavailableError, match="did not take the order within"):
                 await desk.order("ra", "host_nowhere", order)
             nursery.cancel_scope.cancel()
         assert await rows.pending(["host_nowhere"], 10) == []  # withdrawn: nobody will send it
+        assert _orders("withdrawn") == withdrawn + 1
         assert _starts(host) == 1  # nothing reached the host linked to ra
