@@ -456,7 +456,36 @@ async def test_an_invited_member_joins_by_the_mailed_link(
             await console.goto(site.url + "/console/team/")
             assert "erin" in await console.text("header")
             assert key not in await console.call(page.content)  # shown once, never again
+        # olga invites erin to globex too; erin, signed in, accepts as herself.
+        async with httpx.AsyncClient(base_url=site.url) as api:
+            sent = await api.post(
+                f"/organizations/{site.globex_id}/invitations",
+                json={"email": "erin@example.org"},
+                headers=site.headers(site.olga_key),
+            )
+            assert sent.status_code == 200, sent.text
+        await eventually(
+            lambda: sum("erin@example.org" in m[1] for m in smtp.mailbox.messages) == 2
+        )
+        mail = [m[2] for m in smtp.mailbox.messages if "erin@example.org" in m[1]][-1]
+        payload = mail.get_payload(decode=True)
+        assert isinstance(payload, bytes)
+        again = re.search(r"(http\S+/invitations/accept\?token=\S+)", payload.decode())
+        assert again is not None, payload
+        with trio.fail_after(STEP_S):
+            await console.goto(again.group(1))
+            question = await console.text("#accept-question")
+            assert question == "Join globex as erin (erin@example.org) with the role member?"
+            await console.call(page.locator("#accept-button").click)
+            await console.wait("() => !!document.getElementById('new-key')")
+            globex_key = await console.text("#new-key")
+            await console.goto(site.url + "/console/team/")
+            assert "globex" in await console.text("header")
         assert console.csp_errors == []
     async with httpx.AsyncClient(base_url=site.url) as api:
         who = await api.get("/whoami", headers=site.headers(key))
         assert (who.json()["user"]["name"], who.json()["role"]) == ("erin", "viewer")
+        who = await api.get("/whoami", headers=site.headers(globex_key))
+        assert (who.json()["user"]["name"], who.json()["organization"]["name"]) == (
+            "erin", "globex",
+        )  # fmt: skip

@@ -34,6 +34,7 @@ OPERATIONS = (
     "createInvitation",
     "revokeInvitation",
     "acceptInvitation",
+    "previewInvitation",
     "getOidcConnection",
     "putOidcConnection",
     "deleteOidcConnection",

@@ -103,9 +103,52 @@ async def test_an_invitation_is_bound_to_the_invited_person(
     # erin's key of another organization joins her to this one, with the invited role.
     joined = await client.post(url, headers=erin.headers)
     assert joined.status_code == 200, await joined.get_data()
-    assert "apiKey" not in await joined.get_json()
     membership = await store.get_membership(callers.admin.org_id, erin.user_id)
     assert membership.role is Role.MEMBER
+    # ... and answers her a first key of this organization (a key belongs to one), once.
+    key = {"Authorization": f"Bearer {(await joined.get_json())['apiKey']['key']}"}
+    who = await (await client.get("/whoami", headers=key)).get_json()
+    assert (who["user"]["id"], who["organization"]["id"]) == (erin.user_id, callers.admin.org_id)
+
+
+async def test_a_session_accepts_only_with_its_csrf_token(
+    client: Client, callers: Callers, smtp_server: SmtpPeer, store: Store
+) -> None:
+    """The console's way: erin's browser session (made from her key of another organization)
+    accepts with its CSRF token; the cookie alone, as another site's form post would bring
+    it, is ignored, and a wrong token is refused."""
+    erin = await add_caller(store, callers.other_admin.org_id, "erin", Role.MEMBER)
+    await _invite(client, callers, "erin@example.com", "viewer")
+    await eventually(lambda: len(smtp_server.mailbox.messages) == 1)
+    link = urlsplit(_link(smtp_server.mailbox.messages[0][2]))
+    url = f"{link.path}?{link.query}"
+    # What the link would join, told to its holder without consuming it (twice: a read).
+    preview = link.path.replace("/accept", "/preview") + f"?{link.query}"
+    for _ in range(2):
+        seen = await client.get(preview)
+        assert seen.status_code == 200, await seen.get_data()
+        body = await seen.get_json()
+        assert (body["organizationId"], body["organizationName"], body["role"]) == (
+            callers.admin.org_id, "acme", "viewer",
+        )  # fmt: skip
+    await assert_api_error(await client.get(f"{link.path[:-7]}/preview?token=dyinv_no"), 404)
+    session = await client.post("/sessions", headers=erin.headers)
+    assert session.status_code == 200, await session.get_data()
+    csrf = str((await session.get_json())["csrfToken"])
+    # Cookie only: ignored, so this is the no-key path, and erin's email is taken (409).
+    await assert_api_error(await client.post(url, headers={"Origin": "https://evil.test"}), 409)
+    await assert_api_error(await client.post(url, headers={"X-CSRF-Token": "forged"}), 403, "CSRF")
+    members = await (
+        await client.get(
+            f"/organizations/{callers.admin.org_id}/members", headers=callers.admin.headers
+        )
+    ).get_json()
+    assert "erin" not in [m["user"]["name"] for m in members]
+    joined = await client.post(url, headers={"X-CSRF-Token": csrf})
+    assert joined.status_code == 200, await joined.get_data()
+    membership = await store.get_membership(callers.admin.org_id, erin.user_id)
+    assert membership.role is Role.VIEWER
+    await assert_api_error(await client.get(preview), 404)  # used: gone alike
 
 
 async def test_a_verified_domain_lets_a_colleague_accept(

@@ -6,11 +6,18 @@ on. The store keeps only its hash. Accepting (``POST .../invitations/accept?toke
 single-use and bound to the invited person:
 
 - with an API key (any organization's: the invited person is not yet a member, so the usual
-  organization check of the pipeline does not apply here), the key's user joins if its email
-  is the invited one, or is in a domain the organization has verified and the invited email
-  is in the same domain; anyone else is 403;
-- without a key, a new user with the invited email joins (holding the mailed token proves the
-  address), named ``userName`` or the email's local part, and gets an API key, shown once.
+  organization check of the pipeline does not apply here), or a browser session *with its
+  CSRF token* in ``X-CSRF-Token`` (the console's join page), the caller's user joins if its
+  email is the invited one, or is in a domain the organization has verified and the invited
+  email is in the same domain; anyone else is 403. A session cookie without the CSRF token
+  is ignored (a cross-site form post brings the cookie, never the token);
+- without either, a new user with the invited email joins (holding the mailed token proves the
+  address), named ``userName`` or the email's local part.
+
+Either way the answer carries a first API key of the user in the joined organization, shown
+once: a key belongs to one organization, so without it the new member could not enter.
+``GET .../invitations/preview?token=`` tells the token's holder what it would join (the
+organization's name and the role), changing nothing, for the console's confirmation page.
 
 An unknown, revoked, expired or used token is 404, the same answer for each.
 """
@@ -25,6 +32,7 @@ from urllib.parse import quote, urlencode
 from quart import Blueprint, Response, jsonify, request
 from werkzeug.routing import BaseConverter
 
+from ...accounts import sessions
 from ...accounts.mail import Mailer, MailError, Message
 from ...store import errors as store_errors
 from ...store import tokens
@@ -45,7 +53,7 @@ class _InvitationId(BaseConverter):
     """Any path segment but ``accept``: ``.../invitations/accept`` is another resource, so the
     revoke rule must not match it (its ``Allow`` would list DELETE)."""
 
-    regex = r"(?!accept\b)[^/]+"
+    regex = r"(?!(?:accept|preview)\b)[^/]+"
 
 
 blueprint.record_once(lambda setup: setup.app.url_map.converters.update(invitation=_InvitationId))
@@ -74,9 +82,9 @@ def _mail(org_name: str, inviter: str, role: Role, url: str) -> str:
     return (
         f"{inviter} invites you to join the organization {org_name!r} on devyard as {role}.\n\n"
         f"Accept the invitation:\n\n    {url}\n\n"
-        "(POST to this address, signed in with an API key of your user, or without one to\n"
-        "create a user with this email.) The link works once. If you did not expect it,\n"
-        "ignore this message.\n"
+        "(Open it in a browser to accept in the devyard console, signed in or as a new user;\n"
+        "or POST to it with an API key of your user.) The link works once. If you did not\n"
+        "expect it, ignore this message.\n"
     )
 
 
@@ -155,11 +163,31 @@ async def revoke_invitation(organizationId: str, invitationId: str) -> Response:
 
 async def _optional_caller() -> Principal | None:
     header = request.headers.get("Authorization")
-    if not header:
-        return None
-    caller = await state().authenticator.authenticate(header)
+    if header:
+        caller = await state().authenticator.authenticate(header)
+    else:
+        found = await _session_caller()
+        if found is None:
+            return None
+        caller = found
     if caller.scopes is not None or caller.api_key.read_only:
         raise Forbidden("accepting an invitation needs a full API key", reason="insufficient_scope")
+    return caller
+
+
+async def _session_caller() -> Principal | None:
+    """The browser session, only when the request brings its CSRF token: a cookie alone is
+    ignored, as another site's form post would bring it (and join a signed-in victim)."""
+    cookie = request.cookies.get(sessions.SESSION_COOKIE)
+    presented = request.headers.get(sessions.CSRF_HEADER)
+    if not cookie or not presented:
+        return None
+    caller = await state().authenticator.authenticate_session(cookie)
+    if not sessions.csrf_matches(presented, caller.csrf_hash or ""):
+        raise Forbidden(
+            f"a session needs its CSRF token in {sessions.CSRF_HEADER} to change anything",
+            reason="csrf",
+        )
     return caller
 
 
@@ -195,6 +223,32 @@ async def open_invitation_link(organizationId: str) -> Response:
     return Response("", status=303, headers={"Location": f"/console/team/join?{query}"})
 
 
+async def _open_invitation(organization_id: str, token: str) -> Invitation:
+    try:
+        return await state().store.get_invitation_by_token(
+            organization_id, tokens.hash_secret(token)
+        )
+    except store_errors.NotFound:
+        raise NotFound("no open invitation with this token", reason="invitation_not_open") from None
+
+
+@blueprint.get("/organizations/<organizationId>/invitations/preview")
+async def preview_invitation(organizationId: str) -> Response:
+    """What the token would join, for its holder's confirmation; changes nothing."""
+    token = str_param("token")
+    assert token is not None  # required by the document
+    invitation = await _open_invitation(organizationId, token)
+    organization = await state().store.get_organization(invitation.org_id)
+    return jsonify(
+        {
+            "organizationId": organization.id,
+            "organizationName": organization.name,
+            "role": str(invitation.role),
+            "expiresAt": timestamp(invitation.expires_at),
+        }
+    )
+
+
 @blueprint.post("/organizations/<organizationId>/invitations/accept")
 async def accept_invitation(organizationId: str) -> Response:
     api = state()
@@ -224,20 +278,20 @@ async def accept_invitation(organizationId: str) -> Response:
                 invitation.org_id, invitation.id, name
             )
             user_id = user.id
-            secret = tokens.new_api_key()
-            key = await api.store.create_api_key(
-                org_id=invitation.org_id,
-                user_id=user.id,
-                name="invitation",
-                lookup_id=secret.lookup_id,
-                secret_hash=secret.secret_hash,
-            )
-            answer["apiKey"] = {**api_key_view(key), "key": secret.plaintext}
     except store_errors.NotFound:
         raise NotFound("no open invitation with this token", reason="invitation_not_open") from None
     except store_errors.Conflict as exc:
         what = "already a member" if exc.field is None else f"{exc.field} is taken"
         raise Conflict(f"cannot accept: {what}", reason="taken") from None
+    secret = tokens.new_api_key()
+    key = await api.store.create_api_key(
+        org_id=invitation.org_id,
+        user_id=user_id,
+        name="invitation",
+        lookup_id=secret.lookup_id,
+        secret_hash=secret.secret_hash,
+    )
+    answer["apiKey"] = {**api_key_view(key), "key": secret.plaintext}
     await record(
         caller,
         "invitation_accepted",

@@ -13,6 +13,7 @@ from . import (
     builds,
     instance,
     instances,
+    join,
     operators,
     signin,
     team,
@@ -32,6 +33,7 @@ PAGES: tuple[ModuleType, ...] = (
     assets,
     usage,
     team,
+    join,
     billing,
     operators,
 )

@@ -33,7 +33,7 @@ from ...accounts import sessions
 from ..context import SignInRequired, api, checked_form, form_csrf, redirect_to, render, viewer
 from ..inprocess import ApiFailure, failure
 
-__all__ = ["NAV", "blueprint"]
+__all__ = ["NAV", "blueprint", "revoke_previous_session", "safe_next"]
 
 blueprint = Blueprint("signin", __name__)
 NAV = None  # the header's account menu links here; not a menu entry of its own
@@ -108,7 +108,7 @@ async def sign_in() -> Response:
         if refused.status == 401:
             message = "This API key is not valid (revoked, mistyped, or of another server)."
         return await _sign_in_page(message, refused.status)
-    await _revoke_previous()
+    await revoke_previous_session()
     response = redirect_to(safe_next(form.get("next")), 303)
     for header in answer.set_cookies():
         response.headers.add("Set-Cookie", header)
@@ -116,7 +116,7 @@ async def sign_in() -> Response:
     return response
 
 
-async def _revoke_previous() -> None:
+async def revoke_previous_session() -> None:
     """Switching with a key: end the browser's previous session, if it is still live."""
     try:
         previous = await viewer()

@@ -6,23 +6,19 @@ domains, the OIDC connection, the audit log) is fetched only for admins, and eve
 the API's to allow.
 
 Secrets are shown once, in the answer to the post that made them: a new API key, an
-invitation's link when the server has no SMTP to mail it. Joining: the mailed link (``GET
-/organizations/{id}/invitations/accept?token=``) redirects here (``/console/team/join``),
-where the invited person picks a user name; the console accepts through the API (a new
-user and its first key), signs the browser in with that key, and shows the key once.
+invitation's link when the server has no SMTP to mail it. Joining by an invitation's link is
+`join` (``/console/team/join``).
 """
 
 from __future__ import annotations
 
-import hmac
-import secrets
 from typing import Any, Final
 from urllib.parse import quote
 
 from quart import Blueprint, Response, request
 
 from ..context import api, checked_form, form_csrf, redirect_to, render, viewer
-from ..inprocess import ApiFailure, failure
+from ..inprocess import ApiFailure
 from ..nav import NavEntry
 
 __all__ = ["NAV", "blueprint"]
@@ -31,7 +27,6 @@ blueprint = Blueprint("team", __name__, url_prefix="/console/team")
 NAV = NavEntry("Team", "/console/team/")
 
 ROLES: Final = ("viewer", "member", "admin")
-JOIN_COOKIE: Final = "devyard_console_join"
 
 
 def _org(who: Any, rest: str = "") -> str:
@@ -136,57 +131,6 @@ async def revoke_invitation(invitation_id: str) -> Response:
     who = await viewer()
     await _change("DELETE", _org(who, f"/invitations/{quote(invitation_id, safe='')}"))
     return _back("The invitation was revoked; its link no longer works.")
-
-
-async def _join_page(error: str | None = None, status: int = 200) -> Response:
-    login = secrets.token_urlsafe(24)
-    args = request.args if request.method == "GET" else await request.form
-    body = await render(
-        "console/team/join.html",
-        join_token=login,
-        organization=args.get("organization", ""),
-        token=args.get("token", ""),
-        user_name=args.get("userName", ""),
-        error=error,
-    )
-    response = Response(body, status, content_type="text/html; charset=utf-8")
-    response.set_cookie(
-        JOIN_COOKIE, login, max_age=3600, path="/console/team/join", httponly=True,
-        samesite="Strict", secure=request.scheme == "https",
-    )  # fmt: skip
-    return response
-
-
-@blueprint.get("/join")
-async def join_form() -> Response:
-    return await _join_page()
-
-
-@blueprint.post("/join")
-async def join() -> Response | str:
-    """Accept as a new user (the API makes its first key), then sign in with that key."""
-    form = await request.form
-    presented, expected = form.get("join", ""), request.cookies.get(JOIN_COOKIE, "")
-    if not presented or not expected or not hmac.compare_digest(presented, expected):
-        return await _join_page("This form expired or came from another site. Try again.", 403)
-    params = {"token": form.get("token", "")}
-    if form.get("userName", "").strip():
-        params["userName"] = form.get("userName", "").strip()
-    organization = quote(form.get("organization", ""), safe="")
-    answer = await api().call(
-        "POST", f"/organizations/{organization}/invitations/accept", params=params
-    )
-    if answer.status >= 400:
-        refused = failure(answer)
-        return await _join_page(refused.message, refused.status)
-    key = answer.json()["apiKey"]
-    session = await api().call("POST", "/sessions", authorization=f"Bearer {key['key']}")
-    body = await render("console/team/joined.html", key=key, signed_in=session.status < 400)
-    response = Response(body, 200, content_type="text/html; charset=utf-8")
-    for header in session.set_cookies() if session.status < 400 else ():
-        response.headers.add("Set-Cookie", header)
-    response.delete_cookie(JOIN_COOKIE, path="/console/team/join")
-    return response
 
 
 # ---- API keys -----------------------------------------------------------------------------
