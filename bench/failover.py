@@ -33,6 +33,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import statistics
 import tempfile
 import time
@@ -273,5 +274,7 @@ def main(argv: list[str]) -> int:
         cluster.stop()
         if args.keep:
             print(f"logs: {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
     print(json.dumps(result))
     return 0
