@@ -42,6 +42,7 @@ import trio
 
 from .. import __version__
 from ..core import (
+    FIRST_RETRY_S,
     Backoff,
     ControlChannel,
     GoAwayCode,
@@ -413,7 +414,7 @@ async def serve_connector(
                         config.token,
                         link.hello,
                         slots.serve(link.slot, link),
-                        backoff=Backoff(base=config.backoff_base),
+                        backoff=Backoff(base=config.backoff_base, first=FIRST_RETRY_S),
                         shutdown=shutdown,
                         label=link.label,
                         on_lost=lost,

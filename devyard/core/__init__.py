@@ -16,7 +16,7 @@ from ._errors import (
     StreamRefusedError,
     StreamResetError,
 )
-from .backoff import Backoff
+from .backoff import FIRST_RETRY_S, Backoff
 from .channel import ControlChannel, MessageChannel, RelayChannel
 from .config import DEFAULT_CONFIG, SessionConfig
 from .frames import Flag, Frame, FrameType, GoAwayCode
@@ -38,6 +38,7 @@ from .upgrade import UpgradeRejected, UpgradeRequest, accept_upgrade
 
 __all__ = [
     "DEFAULT_CONFIG",
+    "FIRST_RETRY_S",
     "Backoff",
     "ControlChannel",
     "Flag",

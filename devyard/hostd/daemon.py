@@ -28,7 +28,7 @@ import trio
 
 from .. import __version__
 from .._process import EXIT_INTERRUPTED, Stopped, run_until_signalled
-from ..core import Backoff, ControlChannel, MuxError, Session, request_open
+from ..core import FIRST_RETRY_S, Backoff, ControlChannel, MuxError, Session, request_open
 from ..core.link import (
     HOST_PATH,
     MOVE_OVERLAP,
@@ -229,7 +229,7 @@ async def serve_hostd(
                                 config.token,
                                 partial(_hello, config, supervisor, slots),
                                 slots.serve(slot, registered),
-                                backoff=Backoff(base=config.backoff_base),
+                                backoff=Backoff(base=config.backoff_base, first=FIRST_RETRY_S),
                                 shutdown=shutdown,
                                 ssl_context=tls,
                             )

@@ -9,6 +9,7 @@ import trio
 import trio.testing
 
 from devyard.core import (
+    FIRST_RETRY_S,
     Backoff,
     ControlChannel,
     OpenError,
@@ -81,6 +82,23 @@ def test_backoff_is_full_jitter_exponential_and_resets_after_health() -> None:
     assert backoff.attempt == 0
     samples = [Backoff(rng=random.Random(i), attempt=10).next_delay() for i in range(200)]
     assert max(samples) <= 30 and min(samples) < 5, "jitter spreads over the whole range"
+
+
+def test_a_first_window_narrows_only_the_first_retry_after_a_healthy_run() -> None:
+    """Hosts' and connectors' links (FIRST_RETRY_S): a killed replica's clients are back
+    within a quarter second, a flapping link still backs off as before."""
+    backoff = Backoff(base=1, cap=30, reset_after=60, first=0.25, rng=random.Random(3))
+    first = backoff.next_delay()
+    assert 0 <= first <= 0.25
+    later = [backoff.next_delay() for _ in range(200)]
+    assert max(later) > 1, "the second retry's window is the base's doubling, not the first's"
+    backoff.succeeded(now=0)
+    backoff.failed(now=61)  # a healthy minute: the next loss starts from the first window
+    assert backoff.attempt == 0
+    samples = [Backoff(first=0.25, rng=random.Random(i)).next_delay() for i in range(200)]
+    assert max(samples) <= 0.25 and max(samples) > 0.2, "spread over the whole first window"
+    assert Backoff(base=0.1, first=0.25, rng=random.Random(1)).next_delay() <= 0.1
+    assert FIRST_RETRY_S == 0.25
 
 
 async def test_open_preamble_ok_then_raw_bytes_are_not_consumed() -> None:

@@ -259,6 +259,12 @@ class PeerPool:
         """A new stream on the link to *peer_url* (its base URL: ``http(s)://`` of its API
         port, or ``tcp://``/``tls://`` of its raw link port). Raises `PeerUnavailable`."""
         peer = self._peers.get(peer_url)
+        if peer is not None and peer.session is None and peer.error is not None:
+            # its last attempt failed and it backs off: a need does not wait out the backoff
+            # (a killed replica's holder rows outlive it until its lease runs out; the caller
+            # answers "unavailable" at once and its next try looks the holder up again)
+            await trio.lowlevel.checkpoint()
+            raise PeerUnavailable(f"replica at {peer_url}: {peer.error}")
         if peer is None:
             peer = self._peers[peer_url] = _Peer(peer_url)
             self._nursery.start_soon(self._hold, peer)

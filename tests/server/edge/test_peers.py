@@ -112,3 +112,20 @@ async def test_a_lost_link_nobody_waits_for_is_not_redialled_and_the_next_need_d
         assert moved(samples)["devyard_peer_link_dials_total{outcome=ok}"] == 2
         assert moved(samples)["devyard_peer_links{side=out}"] == 1
         nursery.cancel_scope.cancel()
+
+
+async def test_a_need_for_a_peer_whose_last_dial_failed_is_answered_at_once() -> None:
+    """A killed replica's holder rows outlive it until its lease runs out: a forward to it
+    meanwhile answers unavailable at once instead of waiting out the pool's backoff (a tunnel's
+    egress tried again after the new holder's claim finds the new holder)."""
+    url = f"tcp://127.0.0.1:{free_port()}"  # nothing listens: every dial is refused
+    dialler = PeerConfig(replica_id="r2", cluster_secret=SECRET, backoff_base=60, dial_timeout=5)
+    samples = forward_samples()
+    async with open_peer_pool(dialler) as pool:
+        with pytest.raises(PeerUnavailable):  # the first need waits for its dial, which fails
+            await pool.open_stream(url)
+        assert pool.held() == [url]  # backing off (the need waited when the dial failed)
+        with trio.fail_after(1), pytest.raises(PeerUnavailable, match="link lost"):
+            await pool.open_stream(url)  # the next need: at once, no second dial
+        assert pool.held() == [url]
+        assert moved(samples) == {"devyard_peer_link_dials_total{outcome=failed}": 1}
