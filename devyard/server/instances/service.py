@@ -365,7 +365,13 @@ class InstanceService(HostReports):
         """This replica won *orphan* (its owner is gone): one ``assigned`` is its host's
         already (its ready or failure reaches whichever replica holds the host; its loss
         ends it); one ``creating`` gets its stored order delivered to the host its slot is
-        reserved on, or ends with ``Error`` saying why."""
+        reserved on, or ends with ``Error`` saying why; one ``terminated`` (its end stopped
+        half way) gets the rest of its end: the stop to its host, its slot, its rows."""
+        if orphan.state == InstanceState.TERMINATED.value:  # an end its replica left unfinished
+            instance = await self._store.get_instance(orphan.instance_id)
+            reason = instance.termination_reason or TerminationReason.ERROR
+            await self._end(orphan.instance_id, reason, instance.error_message)
+            return
         if orphan.state != InstanceState.CREATING.value:
             await trio.lowlevel.checkpoint()
             return
@@ -417,13 +423,15 @@ class InstanceService(HostReports):
         except store_errors.Conflict:
             instance = await self._store.get_instance(instance_id)  # someone ended it first
         self._forget(instance_id)
-        await self._tell_shared(self._runs.forget_run(instance_id))
-        if self._shared is not None:
-            await self._tell_shared(self._shared.release(instance_id))
-            await self._tell_shared(self._shared.instance_changed(instance_id, instance.state))
+        # The rest of the end, every step idempotent. Its run rows go last: an end whose
+        # replica died on the way leaves them, and a sweep (any replica's) finishes it.
         if instance.host_id is not None and reason is not TerminationReason.HOST_LOST:
             with trio.move_on_after(STOP_GRACE, shield=True):
                 await self._registry.stop_instance(instance.host_id, instance_id)
+        if self._shared is not None:
+            await self._tell_shared(self._shared.release(instance_id))
+            await self._tell_shared(self._shared.instance_changed(instance_id, instance.state))
+        await self._tell_shared(self._runs.forget_run(instance_id))
         log.info("instance %s terminated: %s", instance_id, instance.termination_reason)
         return instance
 
