@@ -23,6 +23,7 @@ import attrs
 import httpx
 import trio
 
+from devyard.server.instances.sweeper import POLL_S, UNFINISHED_S
 from tests.polling import until
 
 from ._replica_rig import FIRST, SECOND, Rig
@@ -271,12 +272,30 @@ class Load:
             for instance_id, state, message in found.get(tag, []):
                 assert state in ("ready", "terminated"), (tag, instance_id, state, message)
         # no reservation leaks: exactly one slot for each live instance, none for anything else
-        live = dict(self.rig.query("SELECT id, host_id FROM instances WHERE state <> 'terminated'"))
-        booked = dict(self.rig.query("SELECT holder_key, host_id FROM capacity_reservations"))
-        assert booked == live, (
-            {k: h for k, h in booked.items() if k not in live},
-            {k: h for k, h in live.items() if k not in booked},
-        )
+        # (an end its replica left half done is finished by a sweep, `UNFINISHED_S` after it)
+        leaks: list[dict[str, str]] = []
+
+        async def booked_as_live() -> bool:
+            live = dict(
+                await trio.to_thread.run_sync(
+                    self.rig.query, "SELECT id, host_id FROM instances WHERE state <> 'terminated'"
+                )
+            )
+            booked = dict(
+                await trio.to_thread.run_sync(
+                    self.rig.query, "SELECT holder_key, host_id FROM capacity_reservations"
+                )
+            )
+            leaks[:] = [
+                {k: h for k, h in booked.items() if k not in live},
+                {k: h for k, h in live.items() if k not in booked},
+            ]
+            return booked == live
+
+        try:
+            await until(booked_as_live, UNFINISHED_S + 2 * POLL_S)
+        except trio.TooSlowError:
+            raise AssertionError(f"reservations (not live, not booked): {leaks}") from None
         took = Counter(f"{s} {m}".strip() for t in unanswered for _, s, m in found.get(t, []))
         return {
             "creates accepted": len(accepted),
