@@ -74,12 +74,13 @@ class HostReports:
 
     async def on_host_registered(self, event: HostRegistered) -> None:
         """Reconcile the store with what the host says it runs: an instance the store holds
-        live there but the host does not run ends (HostLost, with the reason); one the host
+        ready there but the host does not run ends (HostLost, with the reason); one the host
         runs but the store holds ended (or never heard of) is stopped on the host; one the
-        host runs that the store holds not ready yet gets its order again, which a host that
-        has it ready answers with ``ready`` again (the first may have been lost with the
-        replica the host was linked to). Orders the host took after it registered are not in
-        its list and are left alone."""
+        store holds not ready yet gets its order again, whether the host runs it (a host
+        that has it ready answers with ``ready`` again: the first may have died with the
+        replica the host was linked to) or not (the order died on the way: a replica that
+        sent it on its link was killed before the bytes left). Orders the host took after it
+        registered are not in its list and are left alone."""
         if event.instances is None:  # an older host that does not say: nothing to compare
             await trio.lowlevel.checkpoint()
             return
@@ -88,6 +89,11 @@ class HostReports:
             if ordered is None and self._shared is not None:  # sent by another replica
                 ordered = self._shared.ordered_at(instance.id)
             if instance.id in event.instances or (ordered is not None and ordered >= event.at):
+                continue
+            if instance.state is InstanceState.ASSIGNED:  # the order died on the way
+                log.warning("host %s took %s but does not run it: ordering it again",
+                            event.host_id, instance.id)  # fmt: skip
+                await self._ask_again(event.host_id, instance.id)
                 continue
             log.warning("host %s no longer runs %s", event.host_id, instance.id)
             await self._end(instance.id, TerminationReason.HOST_LOST, NOT_ON_HOST_AFTER_RESTART)

@@ -107,12 +107,14 @@ async def test_a_hosts_odd_report_ends_its_instance_and_the_server_serves_on(
             nursery.cancel_scope.cancel()
 
 
+@pytest.mark.parametrize("runs_it", [True, False], ids=["ready-lost", "order-lost"])
 async def test_a_host_linking_again_with_an_instance_not_ready_is_asked_about_it_again(
-    tmp_path: Path,
+    tmp_path: Path, runs_it: bool
 ) -> None:
-    """A host's ``ready`` lost with its link (the server replica died as it arrived): the
-    host's next registration names the instance, the store still holds it ``assigned``, so
-    the server sends its order again, and the host's ``ready`` (said again) completes it."""
+    """The store holds an instance ``assigned`` and its host links again: with the instance
+    in its list, the host's ``ready`` was lost with its link (the server replica died as it
+    arrived); without, the order was (the replica died before its bytes left). Either way
+    the server sends the order again, and the host's ``ready`` completes it."""
     config = ServerConfig(data_dir=tmp_path / "server", listen=ListenAddress("127.0.0.1", 0))
     async with open_configured_store(config) as store:
         made = await bootstrap_organization(store, org_name="acme")
@@ -147,7 +149,8 @@ async def test_a_host_linking_again_with_an_instance_not_ready_is_asked_about_it
                     open_session(t, client=True) as session,
                 ):
                     control = ControlChannel(await session.open_stream())
-                    await control.send({**_hello("hand-made"), "instances": [iid]})
+                    listed = [iid] if runs_it else []
+                    await control.send({**_hello("hand-made"), "instances": listed})
                     assert (await control.receive())["type"] == "registered"
                     again = await control.receive()
                     assert again["type"] == "instance_start", again
