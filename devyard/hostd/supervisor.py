@@ -146,8 +146,12 @@ class Supervisor:
         if not instance_id or "/" in instance_id or instance_id.startswith("."):
             log.warning("refusing an order with a bad instance id %r", instance_id)
             return
-        if instance_id in self._instances:
-            return  # a repeated order (e.g. after a reconnect): already running
+        running = self._instances.get(instance_id)
+        if running is not None:  # a repeated order (after a reconnect, or from an adopter)
+            if running.device is not None and not running.stop.is_set():
+                # ready: say so again (the first `ready` may have died with a server replica)
+                self._emit(instance_id, "ready", None)
+            return  # starting: its `ready` is still to come
         if len(self._instances) >= self.capacity:
             self._emit(instance_id, "terminated", "host at capacity")
             return

@@ -146,8 +146,9 @@ class InstanceReported:
 @attrs.frozen
 class HostRegistered:
     """A host's link registered. ``instances``: the ids its hello says it runs now (None: an
-    older host that does not say, so nothing is reconciled); ``at``: trio time of the
-    registration (orders handed over later are not in the list, and are not reconciled)."""
+    older host that does not say, so nothing is reconciled); ``at``: trio time the link was
+    published to creates (orders handed over from then on may be missing from the list, and
+    are not reconciled)."""
 
     host_id: str
     instances: frozenset[str] | None

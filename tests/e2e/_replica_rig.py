@@ -54,6 +54,8 @@ HEARTBEAT = 2.0  # replica and host lease renewals
 REPLICA_TTL = 15.0  # a killed replica's rows go this long after its last renewal (the default)
 FIRST, SECOND = b"x" * 20_000, b"y" * 20_000
 BACKENDS = ("devyard_replicas", "devyard_link_ports")
+#: Backends whose servers track devyard_replicas' (their state, maintenance included, follows)
+TRACKING = ("devyard_replicas_writes",)
 
 
 def wait_for(condition: Callable[[], object], seconds: float, what: str) -> None:
@@ -203,11 +205,12 @@ class Rig:
         return b"".join(chunks).decode()
 
     def up_in_haproxy(self, server: str) -> bool:
-        """Whether HAProxy sends traffic to *server* in both backends."""
+        """Whether HAProxy sends traffic to *server* in every backend."""
         states = self.haproxy("show servers state")
         rows = [line.split() for line in states.splitlines() if f" {server} " in line]
         # srv_op_state (the 6th column) 2 = running, srv_admin_state (7th) 0 = enabled
-        return len(rows) == 2 and all(r[5] == "2" and r[6] == "0" for r in rows)
+        wanted = len(BACKENDS) + len(TRACKING)
+        return len(rows) == wanted and all(r[5] == "2" and r[6] == "0" for r in rows)
 
     @contextmanager
     def only(self, name: str) -> Iterator[None]:

@@ -10,6 +10,7 @@ SIGTERM drain with a tunnel stream in flight.
 
 from __future__ import annotations
 
+import gc
 import json
 import signal
 import struct
@@ -31,6 +32,7 @@ from devyard.server.store.pgcluster import TemporaryCluster
 from tests.hostd.adb.conftest import AdbClient, adb, needs_adb
 from tests.polling import until
 
+from ._replica_load import HAPROXY_DOWN_BOUND, LB, WORKERS, Fetch, Load
 from ._replica_rig import DRAIN_TIMEOUT, FIRST, HAPROXY, SECOND, Replica, Rig, open_rig
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
@@ -276,6 +278,11 @@ async def _frame_or_none(url: str) -> bytes | None:
         return None
 
 
+# a request whose connection the kill broke leaves httpx's request-body generator unclosed
+@pytest.mark.filterwarnings(
+    "ignore:Async generator 'httpx._content.ByteStream.__aiter__' was garbage collected"
+    ":ResourceWarning"
+)
 async def test_kill_9_of_the_replica_holding_the_connector_and_a_host(rig: Rig) -> None:
     killed_name = rig.holder("connector", rig.tunnel_id)
     assert killed_name is not None
@@ -301,6 +308,10 @@ async def test_kill_9_of_the_replica_holding_the_connector_and_a_host(rig: Rig) 
     apis = [(s["apiUrl"], s["token"]) for s in [status, *others]]
     for api_url, token in apis:
         assert await _serves(rig, api_url, token)
+    # a steady stream of writes, reads and fetches through HAProxy and at each replica
+    targets = {LB: rig.lb, **{n: r.url for n, r in rig.replicas.items() if r.proc.alive}}
+    load = Load(rig, targets, [Fetch(api_url, token) for api_url, token in apis])
+    down: list[float] = []
 
     async with trio.open_nursery() as nursery:
         streaming, ended = trio.Event(), trio.Event()
@@ -322,9 +333,22 @@ async def test_kill_9_of_the_replica_holding_the_connector_and_a_host(rig: Rig) 
             ended.set()
 
         nursery.start_soon(watch_stream)
+        nursery.start_soon(load.run)
         with trio.fail_after(20):
             await streaming.wait()
+
+        async def loaded() -> bool:  # every target has answered a few of each kind
+            await trio.lowlevel.checkpoint()
+            return all(load.answered(via, 0, each=3) for via in targets)
+
+        await until(loaded, 30)
+
+        async def watch_down() -> None:
+            down.append(await load.marked_down(killed_name, 10))
+
+        nursery.start_soon(watch_down)
         killed_at = time.monotonic()
+        load.kill(killed_name, trio.current_time())
         assert killed.proc.process is not None
         killed.proc.process.kill()
         killed.proc.process.wait()
@@ -346,18 +370,51 @@ async def test_kill_9_of_the_replica_holding_the_connector_and_a_host(rig: Rig) 
         await until(stream_back, 30)
         reconnected = time.monotonic() - killed_at
 
+        async def past_down() -> bool:  # the stream ran on through HAProxy after the mark-down
+            await trio.lowlevel.checkpoint()
+            return bool(down) and load.answered(LB, down[0], each=3)
+
+        await until(past_down, 30)
+        load.stopping = True
+    gc.collect()  # the broken requests' leftovers go now, under this test's warning filter
+
     async def settled() -> bool:  # the killed replica's rows reaped, hosts linked again
         alive = await trio.to_thread.run_sync(rig.live_replicas)
         holders = [await trio.to_thread.run_sync(rig.holder, "host", h.host_id) for h in rig.hosts]
         return killed_name not in alive and all(h in alive for h in holders)
 
     await until(settled, 45)
+    durable = await load.check_durable(60)  # every accepted write holds; none left half done
     after = _live(rig)
-    assert after == before, "no instance lost, none moved"
-    for n, host in enumerate(rig.hosts, start=1):  # no ghost: what runs is what the store says
-        assert _sandboxes(rig, n) == {i for i, h in after.items() if h == host.host_id}
+    assert {i: after.get(i) for i in before} == before, "no instance lost, none moved"
+
+    ghosts: dict[str, set[str]] = {}
+
+    async def no_ghost() -> bool:  # what runs is what the store says (stops may be on the way)
+        await trio.lowlevel.checkpoint()
+        ghosts.clear()
+        for n, host in enumerate(rig.hosts, start=1):
+            stored = {i for i, h in after.items() if h == host.host_id}
+            ghosts.update({f"host {n} runs": _sandboxes(rig, n) - stored})
+            ghosts.update({f"host {n} lacks": stored - _sandboxes(rig, n)})
+        return not any(ghosts.values())
+
+    try:
+        await until(no_ghost, 30)
+    except trio.TooSlowError:
+        raise AssertionError(f"what runs is not what the store says: {ghosts}") from None
     leases = dict(rig.query("SELECT host_id, used FROM host_leases"))
     assert leases == dict(Counter(after.values())), leases
+    # the requests that failed are only those in flight at the kill
+    assert load.killed_at is not None
+    window = down[0] - load.killed_at
+    failed = load.classify(marked_down=down[0], served=served)
+    print(load.summary(failed))
+    print(f"  HAProxy marked {killed_name} down {window:.2f} s after the kill; {durable}")
+    assert not failed["after"], failed["after"]
+    # each worker has one request in flight at a time: those through HAProxy and at the killed
+    assert len(failed["in_flight"]) <= 2 * WORKERS, failed["in_flight"]
+    assert window < HAPROXY_DOWN_BOUND, window
     print(f"kill -9 of {killed_name}: tunnel served again after {served:.2f} s, "
           f"device stream back after {reconnected:.2f} s")  # fmt: skip
     # The issue's target is 2 s. Measured on the shared 2-core machine (load average ~20):

@@ -286,11 +286,12 @@ class Cluster:
         return b"".join(chunks).decode()
 
     def up_in_haproxy(self, server: str) -> bool:
-        """Whether HAProxy sends traffic to *server* (r1, r2) in both backends."""
+        """Whether HAProxy sends traffic to *server* (r1, r2) in its three backends (API,
+        API writes, raw links)."""
         states = self.haproxy("show servers state")
         rows = [line.split() for line in states.splitlines() if f" {server} " in line]
         # srv_op_state (the 6th column) 2 = running, srv_admin_state (7th) 0 = enabled
-        return len(rows) == 2 and all(r[5] == "2" and r[6] == "0" for r in rows)
+        return len(rows) == 3 and all(r[5] == "2" and r[6] == "0" for r in rows)
 
 
 async def _bootstrap(url: str) -> str:

@@ -103,6 +103,39 @@ async def test_an_order_for_a_platform_no_driver_serves_is_refused(tmp_path: Pat
         assert supervisor.running() == []
 
 
+async def test_a_repeated_order_starts_nothing_and_a_ready_instance_says_ready_again(
+    tmp_path: Path,
+) -> None:
+    """A server replica that dies as the host's ``ready`` reaches it loses it; the order
+    repeated (the host's new registration, an adopter) gets it again, once the device is up."""
+    opened: list[str] = []
+    go = trio.Event()
+
+    @asynccontextmanager
+    async def open_slowly(spec: DeviceSpec) -> AsyncIterator[DeviceDriver]:
+        opened.append(spec.instance_id)
+        await go.wait()
+        async with open_virtual_device(spec) as device:
+            yield device
+
+    async with _supervisor(tmp_path, {Platform.IOS: open_slowly}) as supervisor:
+        order = {"instance_id": "ins_a", "platform": "ios"}
+        supervisor.start(order)
+        await trio.testing.wait_all_tasks_blocked()
+        supervisor.start(order)  # still starting: nothing to say yet
+        await trio.testing.wait_all_tasks_blocked()
+        assert supervisor.outbox_peek() is None
+        go.set()
+        ready = await _next_event(supervisor)
+        assert (ready["instance_id"], ready["phase"]) == ("ins_a", "ready")
+        assert supervisor.outbox_peek() is None  # one ready: the repeat while starting added none
+        supervisor.start(order)
+        again = await _next_event(supervisor)
+        assert (again["instance_id"], again["phase"]) == ("ins_a", "ready")
+        assert opened == ["ins_a"]  # started once
+        assert supervisor.running() == ["ins_a"]
+
+
 async def test_a_tunnel_that_cannot_attach_without_a_link_fails_the_instance(
     tmp_path: Path,
 ) -> None:

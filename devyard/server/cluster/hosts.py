@@ -57,6 +57,10 @@ log = logging.getLogger(__name__)
 
 __all__ = ["ClusterHosts"]
 
+#: How old a create's hold (store.cluster.HOLD_PREFIX) may get before the heartbeat frees it:
+#: a create holds its slot only from its reservation to its instance's insert (two
+#: transactions), so an older hold is that of a replica that died in between
+HOLD_S: Final = 20.0
 _ORDERS_REMEMBERED: Final = 4096  # when orders from other replicas went out (reconciliation)
 
 
@@ -229,8 +233,8 @@ class ClusterHosts:
             self._cache[host_id] = attrs.evolve(lease, used=lease.used + 1)
         return host_id
 
-    async def rebind(self, old_key: str, new_key: str) -> None:
-        await self._cluster.rebind(old_key, new_key)
+    async def rebind(self, old_key: str, new_key: str) -> bool:
+        return await self._cluster.rebind(old_key, new_key)
 
     async def release(self, key: str) -> None:
         host_id = await self._cluster.release(key, [self._bus.notice(Topic.HOST, change="used")])
@@ -338,6 +342,14 @@ class ClusterHosts:
         for replica in dead:
             log.warning("replica %s: lease expired; its links are released", replica)
         await self.reap()
+        freed = await self._leases.expire_holds(
+            HOLD_S, [self._bus.notice(Topic.HOST, change="used")]
+        )
+        if freed:
+            metrics.RESERVATIONS.labels("released").inc(freed)
+            log.warning(
+                "freed %d slots held by creates that never finished (a replica died)", freed
+            )
         if self.replicas is not None:
             await self.replicas.refresh()
 

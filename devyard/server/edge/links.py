@@ -274,6 +274,9 @@ class Edge:
             await control.send(
                 {"type": "registered", "host_id": host_id, **SERVER_VERSION, **replicas}
             )
+            # from here a create may send an order on this link: one sent after this moment
+            # is not in the hello's list and must not be taken for lost (on_host_registered)
+            published_at = trio.current_time()
             self._links[host_id] = link
             # after publishing: the replaced link's cleanup may have started a grace meanwhile
             scope = self._grace_scopes.pop(host_id, None)
@@ -286,7 +289,7 @@ class Edge:
                     log.exception("host %s: could not take its lease; closing the link", host_id)
                     return
             log.info("host %s (%s, %s) registered", host_id, info.name, info.region)
-            await self._events.send(HostRegistered(host_id, reported, trio.current_time()))
+            await self._events.send(HostRegistered(host_id, reported, published_at))
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._receive_loop, link, nursery.cancel_scope)
                 nursery.start_soon(self._accept_streams, link)

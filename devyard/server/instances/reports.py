@@ -15,7 +15,9 @@ from ..hosts import (
     HostLost,
     HostRegistered,
     HostRegistry,
+    HostUnavailableError,
     InstanceEvent,
+    InstanceOrder,
     InstancePhase,
     InstanceReported,
 )
@@ -29,6 +31,9 @@ log = logging.getLogger(__name__)
 __all__ = ["NOT_ON_HOST_AFTER_RESTART", "STOP_GRACE", "HostReports"]
 
 STOP_GRACE: Final = 10.0  # seconds a host gets to take a stop order
+#: Seconds a repeated order may take to reach a host that has just registered here (a send on
+#: its link; well under any order timeout, so it is never "taken back" with a stop)
+NUDGE_GRACE: Final = 2.0
 #: errorMessage of an instance its host no longer runs when it links again
 NOT_ON_HOST_AFTER_RESTART: Final = "the host restarted and no longer runs this device"
 
@@ -50,6 +55,9 @@ class HostReports:
     ) -> Instance:
         raise NotImplementedError
 
+    async def stored_order(self, instance_id: str) -> InstanceOrder | None:
+        raise NotImplementedError
+
     async def handle(self, event: HostEvent) -> None:
         """One event the edge published; a store error is logged and contained."""
         try:
@@ -66,9 +74,13 @@ class HostReports:
 
     async def on_host_registered(self, event: HostRegistered) -> None:
         """Reconcile the store with what the host says it runs: an instance the store holds
-        live there but the host does not run ends (HostLost, with the reason); one the host
-        runs but the store holds ended (or never heard of) is stopped on the host. Orders the
-        host took after it registered are not in its list and are left alone."""
+        ready there but the host does not run ends (HostLost, with the reason); one the host
+        runs but the store holds ended (or never heard of) is stopped on the host; one the
+        store holds not ready yet gets its order again, whether the host runs it (a host
+        that has it ready answers with ``ready`` again: the first may have died with the
+        replica the host was linked to) or not (the order died on the way: a replica that
+        sent it on its link was killed before the bytes left). Orders the host took after it
+        registered are not in its list and are left alone."""
         if event.instances is None:  # an older host that does not say: nothing to compare
             await trio.lowlevel.checkpoint()
             return
@@ -78,19 +90,38 @@ class HostReports:
                 ordered = self._shared.ordered_at(instance.id)
             if instance.id in event.instances or (ordered is not None and ordered >= event.at):
                 continue
+            if instance.state is InstanceState.ASSIGNED:  # the order died on the way
+                log.warning("host %s took %s but does not run it: ordering it again",
+                            event.host_id, instance.id)  # fmt: skip
+                await self._ask_again(event.host_id, instance.id)
+                continue
             log.warning("host %s no longer runs %s", event.host_id, instance.id)
             await self._end(instance.id, TerminationReason.HOST_LOST, NOT_ON_HOST_AFTER_RESTART)
         for instance_id in sorted(event.instances):
             try:
-                live = (await self._store.get_instance(instance_id)).live
+                state = (await self._store.get_instance(instance_id)).state
             except store_errors.NotFound:
-                live = False
-            if not live:
+                state = InstanceState.TERMINATED
+            if state is InstanceState.TERMINATED:
                 log.warning(
                     "host %s runs %s, which has ended: stopping it", event.host_id, instance_id
                 )
                 with trio.move_on_after(STOP_GRACE):
                     await self._registry.stop_instance(event.host_id, instance_id)
+            elif state is not InstanceState.READY:
+                await self._ask_again(event.host_id, instance_id)
+
+    async def _ask_again(self, host_id: str, instance_id: str) -> None:
+        """The stored order of *instance_id* sent again to *host_id*, which has just
+        registered here and runs it: a nudge, not a placement (no failure ends anything)."""
+        order = await self.stored_order(instance_id)
+        if order is None:
+            return
+        with trio.move_on_after(NUDGE_GRACE):
+            try:
+                await self._registry.start_instance(host_id, order)
+            except HostUnavailableError as exc:  # its link went again: the next one asks
+                log.info("host %s: could not ask again about %s: %s", host_id, instance_id, exc)
 
     async def on_instance_event(self, host_id: str, event: InstanceEvent) -> None:
         # Where its order is going, read before the row: a delivery that completes meanwhile

@@ -48,6 +48,7 @@ from ..hosts import (
 from ..store import errors as store_errors
 from ..store import tokens
 from ..store.base import Instance, InstanceState, Organization, Platform, Store, TerminationReason
+from ..store.cluster import HOLD_PREFIX
 from ..store.instance_runs import InstanceRunStore, Orphan, Owner
 from .durations import parse_duration
 from .lifecycle import IllegalTransition, LifecycleEvent, expected_for, next_state
@@ -235,7 +236,7 @@ class InstanceService(HostReports):
             if self._shared is None:
                 self._reserved[instance.id] = self._reserved.pop(hold)
             else:
-                await self._shared.rebind(hold, instance.id)
+                first = await self._bind(hold, instance, placement, first)
             bound = True
         finally:
             await self._unhold(hold, bound=bound)
@@ -254,6 +255,20 @@ class InstanceService(HostReports):
             raise
         return instance  # creating: the host's acceptance, assigned and ready follow
 
+    async def _bind(self, hold: str, instance: Instance, placement: Placement, host: str) -> str:
+        """The shared slot held under *hold* (on *host*) becomes *instance*'s; the host."""
+        assert self._shared is not None
+        if await self._shared.rebind(hold, instance.id):
+            return host
+        # the hold outlived HOLD_S (this create was that slow) and was freed: book again
+        log.warning("the slot held for %s was freed meanwhile; booking again", instance.id)
+        again = await self._shared.reserve(instance.id, [h.id for h in placement.hosts])
+        if again is None:
+            with trio.CancelScope(shield=True):
+                await self._end(instance.id, TerminationReason.ERROR, "no host has room any more")
+            raise NoCapacity(f"no host with room for a {instance.platform.value} instance now")
+        return again
+
     async def _hold(self, placement: Placement, platform: Platform) -> tuple[str, str]:
         """Hold a slot for a create on the first of *placement*'s hosts with room: the hold's
         key and its host."""
@@ -263,7 +278,7 @@ class InstanceService(HostReports):
             self._reserved[hold] = placement.hosts[0].id  # no await since `place`: atomic
             return hold, placement.hosts[0].id
         # the shared store's reservation is the atomic step (other replicas race us)
-        hold = f"hold-{secrets.token_hex(8)}"
+        hold = f"{HOLD_PREFIX}{secrets.token_hex(8)}"
         host_id = await self._shared.reserve(hold, [h.id for h in placement.hosts])
         if host_id is None:
             raise NoCapacity(f"no host with room for a {platform.value} instance now; retry")
@@ -365,7 +380,13 @@ class InstanceService(HostReports):
         """This replica won *orphan* (its owner is gone): one ``assigned`` is its host's
         already (its ready or failure reaches whichever replica holds the host; its loss
         ends it); one ``creating`` gets its stored order delivered to the host its slot is
-        reserved on, or ends with ``Error`` saying why."""
+        reserved on, or ends with ``Error`` saying why; one ``terminated`` (its end stopped
+        half way) gets the rest of its end: the stop to its host, its slot, its rows."""
+        if orphan.state == InstanceState.TERMINATED.value:  # an end its replica left unfinished
+            instance = await self._store.get_instance(orphan.instance_id)
+            reason = instance.termination_reason or TerminationReason.ERROR
+            await self._end(orphan.instance_id, reason, instance.error_message)
+            return
         if orphan.state != InstanceState.CREATING.value:
             await trio.lowlevel.checkpoint()
             return
@@ -417,13 +438,15 @@ class InstanceService(HostReports):
         except store_errors.Conflict:
             instance = await self._store.get_instance(instance_id)  # someone ended it first
         self._forget(instance_id)
-        await self._tell_shared(self._runs.forget_run(instance_id))
-        if self._shared is not None:
-            await self._tell_shared(self._shared.release(instance_id))
-            await self._tell_shared(self._shared.instance_changed(instance_id, instance.state))
+        # The rest of the end, every step idempotent. Its run rows go last: an end whose
+        # replica died on the way leaves them, and a sweep (any replica's) finishes it.
         if instance.host_id is not None and reason is not TerminationReason.HOST_LOST:
             with trio.move_on_after(STOP_GRACE, shield=True):
                 await self._registry.stop_instance(instance.host_id, instance_id)
+        if self._shared is not None:
+            await self._tell_shared(self._shared.release(instance_id))
+            await self._tell_shared(self._shared.instance_changed(instance_id, instance.state))
+        await self._tell_shared(self._runs.forget_run(instance_id))
         log.info("instance %s terminated: %s", instance_id, instance.termination_reason)
         return instance
 

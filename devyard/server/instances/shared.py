@@ -21,7 +21,10 @@ class SharedRegistry(Protocol):
         has one); the host, or None when none has room."""
         ...
 
-    async def rebind(self, old_key: str, new_key: str) -> None: ...
+    async def rebind(self, old_key: str, new_key: str) -> bool:
+        """The slot held under *old_key* belongs to *new_key*; False if there was none (a
+        hold older than the cluster's bound is freed)."""
+        ...
 
     async def release(self, key: str) -> None:
         """Idempotent."""

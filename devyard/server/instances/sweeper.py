@@ -9,7 +9,9 @@ died before the end runs out and is taken again), and (3) adopts the
 instances in ``creating``/``assigned`` whose owner (the replica that created them) is gone:
 a conditional UPDATE of the owner picks one adopter, which hands the stored order on (a
 create) or waits for the host as the owner did (assigned: the host's ready or failure, or
-its loss, ends the wait). Passes run at the earliest known deadline, at least every
+its loss, ends the wait); and the ended instances whose rows are left (the replica that
+ended one died before the rest of the end: the stop, the slot, the rows go last), which the
+adopter finishes. Passes run at the earliest known deadline, at least every
 ``poll_s`` (another replica's instances and touches are learnt from the rows), and at once
 when `wake` is called (a create or ready here; another replica's change on the cluster bus).
 
@@ -40,6 +42,10 @@ log = logging.getLogger(__name__)
 __all__ = ["POLL_S", "Sweeper", "WallClock"]
 
 POLL_S: Final = 5.0  # the longest a pass waits for (other replicas' deadlines and orphans)
+#: How long after an instance ended its rows may stay before a sweep finishes the end (the
+#: replica that ended it does the rest at once: the stop, bounded by 10 s, then the slot and
+#: the rows; one still at it then only sends a second stop, which hosts ignore)
+UNFINISHED_S: Final = 15.0
 BATCH: Final = 100  # due timers or orphans handled per pass (the next pass takes the rest)
 
 _REASONS: Final = {
@@ -129,17 +135,23 @@ class Sweeper:
                 await self._end(item.instance_id, _REASONS[reason], None)
             except store_errors.StoreError:
                 log.exception("could not end %s after its %s timeout", item.instance_id, reason)
-        orphans = await self._runs.orphans(self.owner, BATCH)
+        ended_before = now - timedelta(seconds=UNFINISHED_S)
+        orphans = await self._runs.orphans(self.owner, BATCH, ended_before=ended_before)
         for orphan in orphans:
             if not await self._runs.adopt(orphan.instance_id, orphan.owner, self.owner):
                 continue  # another replica adopted it
-            log.warning(
-                "instance %s (%s): its replica %r (run %s) is gone; adopted",
-                orphan.instance_id,
-                orphan.state,
-                orphan.owner.replica_id,
-                orphan.owner.run,
-            )
+            if orphan.state == "terminated":
+                log.warning(
+                    "instance %s: its end was not finished; finishing it", orphan.instance_id
+                )
+            else:
+                log.warning(
+                    "instance %s (%s): its replica %r (run %s) is gone; adopted",
+                    orphan.instance_id,
+                    orphan.state,
+                    orphan.owner.replica_id,
+                    orphan.owner.run,
+                )
             try:
                 await self._adopt(orphan)
             except store_errors.StoreError:

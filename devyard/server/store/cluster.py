@@ -15,10 +15,16 @@ them; only the PostgreSQL backend has a cluster (SQLite is the single-process pa
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Final
 
 import attrs
 
-__all__ = ["HostLease", "LinkKind", "ReplicaRow"]
+__all__ = ["HOLD_PREFIX", "HostLease", "LinkKind", "ReplicaRow"]
+
+#: The key a create holds its slot under (`capacity_reservations`) until its instance is
+#: written, when the slot moves to the instance id: this prefix and random hex. A hold older
+#: than `cluster.hosts.HOLD_S` is a dead replica's and is freed.
+HOLD_PREFIX: Final = "hold-"
 
 #: the kinds of link the registry records
 LinkKind = str  # "host" | "connector"

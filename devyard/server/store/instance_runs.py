@@ -147,9 +147,11 @@ class InstanceRunStore(Protocol):
         deletes the row (`forget_run`)."""
         ...
 
-    async def orphans(self, me: Owner, limit: int) -> list[Orphan]:
+    async def orphans(self, me: Owner, limit: int, *, ended_before: datetime) -> list[Orphan]:
         """Instances in creating/assigned owned by an earlier run of *me*, or by a replica
-        that is not live."""
+        that is not live; and instances ended before *ended_before* whose rows are still
+        there, whoever owns them (an end deletes them last: the replica that ended it
+        stopped before it finished)."""
         ...
 
     async def adopt(self, instance_id: str, old_owner: Owner, me: Owner) -> bool:
@@ -288,17 +290,18 @@ class SqlInstanceRuns:
 
         return await self._db.write(claim)
 
-    async def orphans(self, me: Owner, limit: int) -> list[Orphan]:
+    async def orphans(self, me: Owner, limit: int, *, ended_before: datetime) -> list[Orphan]:
         rows = await self._db.read(
             lambda tx: tx.fetchall(
                 "SELECT t.instance_id, t.owner, t.owner_run, i.state FROM instance_timers t"
                 " JOIN instances i ON i.id = t.instance_id"
-                " WHERE i.state IN ('creating', 'assigned')"
+                " WHERE (i.state = 'terminated' AND i.terminated_at <= :ended)"
+                " OR (i.state IN ('creating', 'assigned')"
                 " AND NOT (t.owner = :me AND t.owner_run = :run)"
                 " AND (t.owner = :me OR NOT EXISTS (SELECT 1 FROM cluster_replicas r"
-                " WHERE r.replica_id = t.owner AND r.expires_at > CURRENT_TIMESTAMP))"
+                " WHERE r.replica_id = t.owner AND r.expires_at > CURRENT_TIMESTAMP)))"
                 " ORDER BY t.instance_id LIMIT :limit",
-                {"me": me.replica_id, "run": me.run, "limit": limit},
+                {"me": me.replica_id, "run": me.run, "limit": limit, "ended": ended_before},
             )
         )
         return [

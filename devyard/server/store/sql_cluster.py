@@ -17,7 +17,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
-from .cluster import HostLease, ReplicaRow
+from .cluster import HOLD_PREFIX, HostLease, ReplicaRow
 from .database import Database, Row, Tx, as_datetime
 
 __all__ = ["Notice", "SqlCluster"]
@@ -366,6 +366,21 @@ class SqlCluster:
             return None
 
         return await self._db.write(reserve)
+
+    async def expire_holds(self, older_than_s: float, notices: Sequence[Notice] = ()) -> int:
+        """Free the create holds (keys starting with `HOLD_PREFIX`) older than *older_than_s*:
+        a create holds its slot under such a key only until its instance is written, so an
+        old one is the hold of a replica that died in between. How many went (each in its own
+        transaction, which locks one host lease: the order `reserve` keeps)."""
+        rows = await self._db.read(
+            lambda tx: tx.fetchall(
+                "SELECT holder_key FROM capacity_reservations WHERE holder_key LIKE :prefix"
+                " AND created_at < now() - make_interval(secs => :age) ORDER BY holder_key",
+                {"prefix": HOLD_PREFIX + "%", "age": older_than_s},
+            )
+        )
+        freed = [await self.release(str(r["holder_key"]), notices) for r in rows]
+        return sum(1 for host in freed if host is not None)
 
     async def rebind(self, old_key: str, new_key: str) -> bool:
         """The reservation *old_key* (a create's hold) belongs to *new_key* (its instance)."""

@@ -10,14 +10,17 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import attrs
+import psycopg
 import pytest
 import trio
 
 from devyard.server.cluster.bus import Topic
+from devyard.server.cluster.hosts import HOLD_S
 from devyard.server.cluster.registry import Holder, HolderLookup, Holders
 from devyard.server.hosts import HostUnavailableError, InstanceOrder
 from devyard.server.metrics import REGISTRY
 from devyard.server.store.base import Tunnel
+from devyard.server.store.cluster import HOLD_PREFIX
 from devyard.server.store.errors import NotFound
 from devyard.server.tunnels import EndReason
 from tests.polling import eventually, until
@@ -352,3 +355,31 @@ def _sample(name: str) -> float:
 
 def _sample_labels(name: str, **labels: str) -> float:
     return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+async def test_a_create_hold_left_by_a_dead_replica_is_freed_by_a_heartbeat(
+    cluster_url: str,
+) -> None:
+    """A create holds its slot under a hold key until its instance is written; a replica
+    killed in between leaves the hold (the kill -9 step of tests/e2e/test_replicas_cluster.py
+    found one). A heartbeat frees the holds older than `HOLD_S`, and nothing else."""
+    async with open_replica(cluster_url, "r0") as r0, open_replica(cluster_url, "r1") as r1:
+        await r0.hosts.host_linked(host_info("host_h", 3))
+        for key in (f"{HOLD_PREFIX}dead", f"{HOLD_PREFIX}young", "inst_old"):
+            assert await r0.hosts.reserve(key, ["host_h"]) == "host_h"
+        old = [f"{HOLD_PREFIX}dead", "inst_old"]  # an instance's slot lives as long as it does
+        await trio.to_thread.run_sync(_backdate_reservations, cluster_url, old, HOLD_S + 1)
+        await r1.hosts.heartbeat()
+        assert await _used(r1, "host_h") == 2
+        assert await r1.cluster.reserved_on(f"{HOLD_PREFIX}dead") is None
+        assert await r1.cluster.reserved_on(f"{HOLD_PREFIX}young") == "host_h"
+        assert await r1.cluster.reserved_on("inst_old") == "host_h"
+
+
+def _backdate_reservations(url: str, keys: list[str], seconds: float) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE capacity_reservations SET created_at = created_at - %s"
+            " WHERE holder_key = ANY(%s)",
+            (timedelta(seconds=seconds), keys),
+        )

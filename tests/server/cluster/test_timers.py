@@ -9,11 +9,13 @@ from __future__ import annotations
 from contextlib import AsyncExitStack
 from datetime import timedelta
 
+import psycopg
 import pytest
 import trio
 
 from devyard.server.instances import NewInstance
 from devyard.server.instances.service import ORDER_LOST_WITH_REPLICA
+from devyard.server.instances.sweeper import UNFINISHED_S
 from devyard.server.store import open_store
 from devyard.server.store.base import (
     Instance,
@@ -184,3 +186,52 @@ async def test_wait_on_one_replica_follows_a_create_on_another(cluster_url: str)
             with trio.fail_after(10):
                 await waited.wait()
         assert (await store.get_instance(created.id)).state is InstanceState.READY
+
+
+async def test_an_end_whose_replica_died_half_way_is_finished_by_a_sweep(cluster_url: str) -> None:
+    """What a replica that died in the middle of an end (a delete) leaves: the row ended, but
+    its timers and order, its slot on the host and the device itself (no stop went out). A
+    sweep finishes the end once it is older than `UNFINISHED_S`: the stop, the slot, the
+    rows (the kill -9 step of tests/e2e/test_replicas_cluster.py found such a device still
+    running for an instance ended long before)."""
+    async with (
+        open_store(cluster_url) as store,
+        open_replica(cluster_url, "rb", store=store, sweep_s=SWEEP_S) as rb,
+        link_host(rb.edge, "host_e", capacity=4) as host,
+    ):
+        assert isinstance(store, SqlInstanceRuns) and rb.service is not None
+        org = await store.create_organization("acme")
+        await eventually(lambda: [h.id for h in rb.hosts.hosts()] == ["host_e"])
+        created = await rb.service.create(org, _new(), reuse=False)
+        await eventually(lambda: _starts(host, created.id) == 1)
+        await host.control.send(
+            {"type": "instance_event", "instance_id": created.id, "phase": "ready"}
+        )
+        with trio.fail_after(10):
+            await rb.service.wait_ready(created.id)
+        # the end's first step, as the replica that died made it, a while ago
+        await store.transition_instance(
+            created.id,
+            InstanceState.TERMINATED,
+            expected=frozenset({InstanceState.READY}),
+            termination_reason=TerminationReason.USER_REQUESTED,
+        )
+        past = timedelta(seconds=UNFINISHED_S + 1)
+        await trio.to_thread.run_sync(_backdate_end, cluster_url, created.id, past)
+        await eventually(lambda: _stops(host, created.id) == 1)
+
+        async def finished() -> bool:
+            return await store.stored_order(created.id) is None
+
+        await until(finished)
+        assert await rb.cluster.reservations("host_e") == 0
+        ended = await store.get_instance(created.id)
+        assert ended.termination_reason is TerminationReason.USER_REQUESTED
+
+
+def _backdate_end(url: str, instance_id: str, by: timedelta) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE instances SET terminated_at = terminated_at - %s WHERE id = %s",
+            (by, instance_id),
+        )

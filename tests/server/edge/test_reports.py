@@ -20,7 +20,7 @@ from devyard.server.bootstrap import bootstrap_organization
 from devyard.server.config import ListenAddress, ServerConfig
 from devyard.server.edge import HOST_TOKENS_FILE, create_host_token
 from devyard.server.serve import open_configured_store, serve_server
-from tests.polling import eventually
+from tests.polling import eventually, until
 from tests.server.gateway.conftest import open_gateway_rig
 
 
@@ -104,6 +104,60 @@ async def test_a_hosts_odd_report_ends_its_instance_and_the_server_serves_on(
                 assert again.status_code == 200, "the server serves on, and the link too"
                 kinds = [(await control.receive())["type"] for _ in range(2)]
                 assert kinds == ["instance_stop", "instance_start"]  # the end, then the new one
+            nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("runs_it", [True, False], ids=["ready-lost", "order-lost"])
+async def test_a_host_linking_again_with_an_instance_not_ready_is_asked_about_it_again(
+    tmp_path: Path, runs_it: bool
+) -> None:
+    """The store holds an instance ``assigned`` and its host links again: with the instance
+    in its list, the host's ``ready`` was lost with its link (the server replica died as it
+    arrived); without, the order was (the replica died before its bytes left). Either way
+    the server sends the order again, and the host's ``ready`` completes it."""
+    config = ServerConfig(data_dir=tmp_path / "server", listen=ListenAddress("127.0.0.1", 0))
+    async with open_configured_store(config) as store:
+        made = await bootstrap_organization(store, org_name="acme")
+    _, token = create_host_token(config.data_dir / HOST_TOKENS_FILE)
+    auth = {"Authorization": f"Bearer {made.plaintext_key}"}
+    headers = [(b"authorization", f"Bearer {token}".encode())]
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            bound: BoundServer = await nursery.start(partial(serve_server, config))
+            url = link_url(bound.local_url, HOST_PATH)
+            async with httpx.AsyncClient(base_url=bound.local_url, headers=auth) as http:
+
+                async def is_in(iid: str, state: str) -> bool:
+                    got = await http.get(f"/v1/android_instances/{iid}")
+                    return bool(got.json()["status"]["state"] == state)
+
+                async with (
+                    open_transport(url, extra_headers=headers) as t,
+                    open_session(t, client=True) as session,
+                ):
+                    control = ControlChannel(await session.open_stream())
+                    await control.send(_hello("hand-made"))
+                    assert (await control.receive())["type"] == "registered"
+                    await http.post("/v1/android_instances", json={})
+                    order = await control.receive()
+                    assert order["type"] == "instance_start"
+                    iid = order["order"]["instance_id"]
+                    await until(partial(is_in, iid, "assigned"), 10)
+                # the link ended before the host's ready reached the server
+                async with (
+                    open_transport(url, extra_headers=headers) as t,
+                    open_session(t, client=True) as session,
+                ):
+                    control = ControlChannel(await session.open_stream())
+                    listed = [iid] if runs_it else []
+                    await control.send({**_hello("hand-made"), "instances": listed})
+                    assert (await control.receive())["type"] == "registered"
+                    again = await control.receive()
+                    assert again["type"] == "instance_start", again
+                    assert again["order"] == order["order"]
+                    ready = {"type": "instance_event", "instance_id": iid, "phase": "ready"}
+                    await control.send({**ready, "error_message": None})
+                    await until(partial(is_in, iid, "ready"), 10)
             nursery.cancel_scope.cancel()
 
 

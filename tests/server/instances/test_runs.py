@@ -83,7 +83,7 @@ async def test_orphans_are_creates_of_gone_replicas_and_earlier_runs(store: Stor
     ready = await _create(store, org.id, Owner("replica-gone", "run-8"), hard_s=None, idle_s=1)
     for to in (InstanceState.ASSIGNED, InstanceState.READY):
         await store.transition_instance(ready.id, to, expected=frozenset(InstanceState))
-    orphans = await store.orphans(ME, 10)
+    orphans = await store.orphans(ME, 10, ended_before=T0)
     assert sorted(o.instance_id for o in orphans) == sorted([earlier.id, gone.id])
     assert mine.id not in {o.instance_id for o in orphans}
     found = next(o for o in orphans if o.instance_id == gone.id)
@@ -91,4 +91,27 @@ async def test_orphans_are_creates_of_gone_replicas_and_earlier_runs(store: Stor
     other = Owner("replica-b", "run-1")
     assert await store.adopt(gone.id, found.owner, ME)
     assert not await store.adopt(gone.id, found.owner, other), "exactly one adopter wins"
-    assert [o.instance_id for o in await store.orphans(ME, 10)] == [earlier.id]
+    assert [o.instance_id for o in await store.orphans(ME, 10, ended_before=T0)] == [earlier.id]
+
+
+async def test_an_end_left_half_done_is_listed_for_any_replica_until_its_rows_go(
+    store: Store,
+) -> None:
+    """An end deletes the rows last: rows of an ended instance mean its replica died before
+    the rest of the end (the stop, the slot); any replica, its owner's live one too, finishes
+    it."""
+    assert isinstance(store, SqlInstanceRuns)
+    org = await store.create_organization("acme")
+    ended = await _create(store, org.id, ME, hard_s=None)
+    done = await store.transition_instance(
+        ended.id, InstanceState.TERMINATED, expected=frozenset(InstanceState)
+    )
+    assert done.terminated_at is not None
+    before, after = done.terminated_at - timedelta(seconds=1), done.terminated_at
+    assert await store.orphans(ME, 10, ended_before=before) == []  # its replica is still at it
+    [orphan] = await store.orphans(ME, 10, ended_before=after)
+    assert (orphan.instance_id, orphan.state) == (ended.id, "terminated")
+    other = Owner("replica-b", "run-1")
+    assert [o.instance_id for o in await store.orphans(other, 10, ended_before=after)] == [ended.id]
+    await store.forget_run(ended.id)  # the end finished
+    assert await store.orphans(ME, 10, ended_before=after) == []
