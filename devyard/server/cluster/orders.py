@@ -39,7 +39,7 @@ import trio
 from ..edge.links import Edge
 from ..hosts import HostUnavailableError, InstanceOrder
 from ..store.errors import StoreError
-from ..store.order_delivery import Addressed, Delivery, SqlOrderDelivery, Stop
+from ..store.order_delivery import Addressed, Delivery, SqlOrderDelivery, Stop, Where
 from . import metrics
 from .bus import Bus, PayloadTooLarge, Topic
 
@@ -61,6 +61,7 @@ class OrderUnsettled(HostUnavailableError):
 
 @attrs.define
 class _Wait:
+    host_id: str
     done: trio.Event = attrs.field(factory=trio.Event)
     state: Delivery = Delivery.PENDING
     error: str | None = None
@@ -68,6 +69,24 @@ class _Wait:
     def settle(self, state: Delivery, error: str | None) -> None:
         self.state, self.error = state, error
         self.done.set()
+
+
+_FINAL: Final = (Delivery.SENT, Delivery.FAILED, Delivery.WITHDRAWN)
+
+
+def _settle(wait: _Wait, attempt: str, row: Where | None) -> None:
+    """Settle *wait* (for *attempt*) from its order's *row*, if the row says how."""
+    if row is None or row.delivery is None:
+        wait.settle(Delivery.FAILED, "the instance ended before its order went")
+    elif row.attempt == attempt:
+        if row.delivery in _FINAL:
+            wait.settle(row.delivery, row.error)
+    elif row.host_id == wait.host_id:
+        # another attempt for the same host carries it on (an adopter's, or the host's
+        # registration asking again): that one delivers it; no other host may get it
+        wait.settle(Delivery.SENT, None)
+    else:
+        wait.settle(Delivery.FAILED, f"the order was readdressed to {row.host_id}")
 
 
 class OrderDesk:
@@ -117,7 +136,7 @@ class OrderDesk:
         if not addressed:
             raise HostUnavailableError(f"no stored order for {order.instance_id} (it ended)")
         # waiting from here on: before the row is addressed, `watch` would find another attempt
-        wait = self._waiting[key] = _Wait()
+        wait = self._waiting[key] = _Wait(host_id)
         started = trio.current_time()
         outcome = "unsettled"
         try:
@@ -170,19 +189,14 @@ class OrderDesk:
             for start in range(0, len(keys), _STATES):
                 chunk = keys[start : start + _STATES]
                 try:
-                    states = await self._rows.states(chunk)
+                    rows = await self._rows.where([instance_id for instance_id, _ in chunk])
                 except StoreError as exc:
                     log.warning("cluster: reading orders' answers failed: %s", exc)
                     break
                 for key in chunk:
                     wait = self._waiting.get(key)
-                    got = states.get(key)
-                    if wait is None or wait.done.is_set():
-                        continue
-                    if got is None:
-                        wait.settle(Delivery.FAILED, "the instance ended before its order went")
-                    elif got[0] in (Delivery.SENT, Delivery.FAILED, Delivery.WITHDRAWN):
-                        wait.settle(*got)
+                    if wait is not None and not wait.done.is_set():
+                        _settle(wait, key[1], rows.get(key[0]))
 
     # ---- the holder's side ---------------------------------------------------------------
 

@@ -36,7 +36,7 @@ import attrs
 
 from .database import Database, Tx
 
-__all__ = ["DELIVERY_STATEMENTS", "Addressed", "Delivery", "SqlOrderDelivery", "Stop"]
+__all__ = ["DELIVERY_STATEMENTS", "Addressed", "Delivery", "SqlOrderDelivery", "Stop", "Where"]
 
 DELIVERY_STATEMENTS: Final[tuple[str, ...]] = (
     "ALTER TABLE instance_orders ADD COLUMN host_id TEXT",
@@ -72,6 +72,16 @@ class Addressed:
     host_id: str
     attempt: str
     orderer: str
+
+
+@attrs.frozen
+class Where:
+    """An order's row as it stands: its latest attempt, host, delivery and failure."""
+
+    attempt: str | None
+    host_id: str | None
+    delivery: Delivery | None
+    error: str | None
 
 
 @attrs.frozen
@@ -201,27 +211,27 @@ class SqlOrderDelivery:
 
         return await self._db.write(withdraw)
 
-    async def states(
-        self, attempts: Sequence[tuple[str, str]]
-    ) -> dict[tuple[str, str], tuple[Delivery, str | None]]:
-        """Where each (instance id, attempt) stands; one missing from the answer ended or was
-        readdressed under another attempt."""
-        if not attempts:
+    async def where(self, instance_ids: Sequence[str]) -> dict[str, Where]:
+        """Where the order of each of *instance_ids* stands (one missing: it ended)."""
+        if not instance_ids:
             return {}
         params: dict[str, Any] = {}
-        ids = _in("i", [instance_id for instance_id, _ in attempts], params)
-        wanted = set(attempts)
+        ids = _in("i", sorted(set(instance_ids)), params)
 
-        def read(tx: Tx) -> dict[tuple[str, str], tuple[Delivery, str | None]]:
+        def read(tx: Tx) -> dict[str, Where]:
             rows = tx.fetchall(
-                "SELECT instance_id, attempt, delivery, error FROM instance_orders"  # noqa: S608
-                f" WHERE instance_id IN ({ids})",
+                "SELECT instance_id, attempt, host_id, delivery, error"  # noqa: S608
+                f" FROM instance_orders WHERE instance_id IN ({ids})",
                 params,
             )
             return {
-                (r["instance_id"], r["attempt"]): (Delivery(r["delivery"]), r["error"])
+                r["instance_id"]: Where(
+                    r["attempt"],
+                    r["host_id"],
+                    None if r["delivery"] is None else Delivery(r["delivery"]),
+                    r["error"],
+                )
                 for r in rows
-                if (r["instance_id"], r["attempt"]) in wanted and r["delivery"] is not None
             }
 
         return await self._db.read(read)

@@ -16,7 +16,7 @@ from devyard.server.instances import NewInstance
 from devyard.server.metrics import REGISTRY
 from devyard.server.store import Store, open_store
 from devyard.server.store.base import InstanceState, Platform
-from devyard.server.store.order_delivery import Delivery, SqlOrderDelivery
+from devyard.server.store.order_delivery import Delivery, SqlOrderDelivery, Where
 from devyard.server.store.postgres import open_postgres_database
 from tests.polling import eventually, until
 from tests.server.cluster.conftest import FakeHost, link_host, open_replica
@@ -64,6 +64,13 @@ async def test_an_order_larger_than_a_notify_reaches_a_host_on_another_replica(
 
 def _orders(outcome: str) -> float:
     return REGISTRY.get_sample_value("devyard_cluster_orders_total", {"outcome": outcome}) or 0.0
+
+
+async def _desk_waits(rows: SqlOrderDelivery, instance_id: str) -> bool:
+    """The row is pending under a desk's own attempt (16 hex digits), not a test's."""
+    row = (await rows.where([instance_id]))[instance_id]
+    attempt = row.attempt or ""
+    return row.delivery is Delivery.PENDING and len(attempt) == 16 and "-" not in attempt
 
 
 def _starts(host: FakeHost) -> int:
@@ -123,7 +130,8 @@ async def test_a_withdrawn_order_is_never_sent_and_a_taken_one_is_never_withdraw
         assert await rows.address(iid, "host_nowhere", "a1", "rc")
         assert await rows.withdraw(iid, "a1")
         assert await rows.claim(iid, "a1") is None
-        assert await rows.states([(iid, "a1")]) == {(iid, "a1"): (Delivery.WITHDRAWN, None)}
+        withdrawn_row = Where("a1", "host_nowhere", Delivery.WITHDRAWN, None)
+        assert await rows.where([iid]) == {iid: withdrawn_row}
         # a holder that takes it first: the withdrawal loses, the answer stands
         assert await rows.address(iid, "host_nowhere", "a2", "rc")
         body = await rows.claim(iid, "a2")
@@ -131,9 +139,9 @@ async def test_a_withdrawn_order_is_never_sent_and_a_taken_one_is_never_withdraw
         assert not await rows.withdraw(iid, "a2")
         assert await rows.claim(iid, "a2") is None  # taken once
         await rows.settle(iid, "a2", "the link broke")
-        assert await rows.states([(iid, "a2"), (iid, "a1")]) == {
-            (iid, "a2"): (Delivery.FAILED, "the link broke")
-        }  # a1 was replaced by a2
+        assert await rows.where([iid, "android_unknown"]) == {
+            iid: Where("a2", "host_nowhere", Delivery.FAILED, "the link broke")
+        }  # a1 was replaced by a2; an unknown instance has no row
         # end to end: an order for a host linked nowhere is withdrawn after the timeout
         desk = OrderDesk(rows, rc.bus, rc.edge, replica_id="rc", timeout=0.5, poll_s=0.2)
         order = await rc.service.stored_order(iid)
@@ -146,4 +154,23 @@ async def test_a_withdrawn_order_is_never_sent_and_a_taken_one_is_never_withdraw
             nursery.cancel_scope.cancel()
         assert await rows.pending(["host_nowhere"], 10) == []  # withdrawn: nobody will send it
         assert _orders("withdrawn") == withdrawn + 1
+        # another attempt while one waits (an adopter's, a registration's asking again): for
+        # the same host it carries the order on; for another host the waiting one failed
+        patient = OrderDesk(rows, rc.bus, rc.edge, replica_id="rc", timeout=30, poll_s=0.2)
+        for other_host, outcome in (("host_nowhere", None), ("host_else", "readdressed")):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(patient.watch)
+
+                async def readdress(to: str = other_host) -> None:
+                    await until(lambda: _desk_waits(rows, iid))
+                    assert await rows.address(iid, to, f"other-{to}", "rx")
+
+                nursery.start_soon(readdress)
+                with trio.fail_after(10):
+                    if outcome is None:
+                        await patient.order("ra", "host_nowhere", order)
+                    else:
+                        with pytest.raises(HostUnavailableError, match=outcome):
+                            await patient.order("ra", "host_nowhere", order)
+                nursery.cancel_scope.cancel()
         assert _starts(host) == 1  # nothing reached the host linked to ra
