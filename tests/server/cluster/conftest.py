@@ -23,6 +23,7 @@ from devyard.server.cluster.hosts import ClusterHosts
 from devyard.server.cluster.serve import wire_service
 from devyard.server.cluster.settings import ClusterConfig
 from devyard.server.cluster.tunnels import ClusterTunnels
+from devyard.server.config import ListenAddress, ServerConfig
 from devyard.server.edge import Edge
 from devyard.server.edge.connectors import ConnectorHub, open_connector_hub
 from devyard.server.edge.tokens import HostTokens
@@ -149,6 +150,16 @@ async def _run_until(
 ) -> None:
     with stop:
         await tunnels.run(task_status=task_status)
+
+
+def server_config(url: str, data_dir: Path) -> ServerConfig:
+    """A clustered server on *url* with fast heartbeats, on a free port."""
+    return ServerConfig(
+        data_dir=data_dir,
+        listen=ListenAddress("127.0.0.1", 0),
+        database_url=url,
+        cluster=ClusterConfig(enabled=True, heartbeat_s=0.5, replica_ttl_s=5, refresh_s=1),
+    )
 
 
 async def _no_tunnels(org_id: str, name: str) -> Tunnel:

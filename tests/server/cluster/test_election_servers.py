@@ -21,22 +21,13 @@ import trio
 
 from devyard.server.api.serve import BoundServer
 from devyard.server.bootstrap import bootstrap_organization
-from devyard.server.cluster.settings import ClusterConfig
-from devyard.server.config import ListenAddress, ServerConfig
+from devyard.server.config import ServerConfig
 from devyard.server.edge.connectors import ConnectorHub, TunnelDialError, TunnelUnavailable
 from devyard.server.serve import open_configured_store, serve_server
 from tests.connector.rig import DEVYARD, SINK_BODY, Connector, http_get_over, kill
+from tests.server.cluster.conftest import server_config
 
 pytestmark = pytest.mark.postgres
-
-
-def _config(url: str, data_dir: Path) -> ServerConfig:
-    return ServerConfig(
-        data_dir=data_dir,
-        listen=ListenAddress("127.0.0.1", 0),
-        database_url=url,
-        cluster=ClusterConfig(enabled=True, heartbeat_s=0.5, replica_ttl_s=5, refresh_s=1),
-    )
 
 
 @attrs.define
@@ -101,7 +92,7 @@ async def _sink(stream: trio.SocketStream) -> None:
 
 @asynccontextmanager
 async def open_cluster(url: str, tmp: Path) -> AsyncIterator[Cluster]:
-    configs = [_config(url, tmp / "a"), _config(url, tmp / "b")]
+    configs = [server_config(url, tmp / "a"), server_config(url, tmp / "b")]
     async with open_configured_store(configs[0]) as store:
         made = await bootstrap_organization(store, org_name="acme")
     (tmp / "connectors").mkdir()

@@ -17,29 +17,20 @@ import trio
 from devyard.cli import _host_token_async
 from devyard.hostd.daemon import HostdConfig, PermanentLinkError, serve_hostd
 from devyard.server.api.serve import BoundServer
-from devyard.server.cluster.settings import ClusterConfig
 from devyard.server.cluster.tokens import SharedHostTokens, open_host_tokens
-from devyard.server.config import ListenAddress, ServerConfig
+from devyard.server.config import ServerConfig
 from devyard.server.edge import HOST_TOKENS_FILE, HostTokens, create_host_token
 from devyard.server.serve import open_configured_store, serve_server
 from tests.polling import eventually
+from tests.server.cluster.conftest import server_config
 
 pytestmark = pytest.mark.postgres
-
-
-def _config(url: str, data_dir: Path) -> ServerConfig:
-    return ServerConfig(
-        data_dir=data_dir,
-        listen=ListenAddress("127.0.0.1", 0),
-        database_url=url,
-        cluster=ClusterConfig(enabled=True, heartbeat_s=0.5, replica_ttl_s=5, refresh_s=1),
-    )
 
 
 async def test_the_table_imports_a_file_once_and_a_revocation_stays(
     postgres_url: str, tmp_path: Path
 ) -> None:
-    config = _config(postgres_url, tmp_path / "a")
+    config = server_config(postgres_url, tmp_path / "a")
     async with open_configured_store(config):  # migrates
         pass
     file = config.data_dir / HOST_TOKENS_FILE
@@ -106,7 +97,7 @@ async def test_a_host_links_to_any_replica_and_a_revocation_on_one_cuts_it_on_an
 
 
 async def _replicas(url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    first, second = _config(url, tmp_path / "a"), _config(url, tmp_path / "b")
+    first, second = server_config(url, tmp_path / "a"), server_config(url, tmp_path / "b")
     async with open_configured_store(first):  # migrates
         pass
     # a single server's token, in the first replica's file only: imported at its start

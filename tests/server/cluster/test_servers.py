@@ -14,28 +14,21 @@ import trio
 from devyard.hostd.daemon import HostdConfig, serve_hostd
 from devyard.server.api.serve import BoundServer
 from devyard.server.bootstrap import bootstrap_organization
-from devyard.server.cluster.settings import ClusterConfig
-from devyard.server.config import ListenAddress, ServerConfig
 from devyard.server.edge import HOST_TOKENS_FILE, create_host_token
 from devyard.server.serve import open_configured_store, serve_server
 from tests.polling import eventually
+from tests.server.cluster.conftest import server_config
 
 pytestmark = pytest.mark.postgres
-
-
-def _config(url: str, data_dir: Path) -> ServerConfig:
-    return ServerConfig(
-        data_dir=data_dir,
-        listen=ListenAddress("127.0.0.1", 0),
-        database_url=url,
-        cluster=ClusterConfig(enabled=True, heartbeat_s=0.5, replica_ttl_s=5, refresh_s=1),
-    )
 
 
 async def test_a_create_through_one_server_runs_on_a_host_linked_to_the_other(
     postgres_url: str, tmp_path: Path
 ) -> None:
-    first, second = _config(postgres_url, tmp_path / "a"), _config(postgres_url, tmp_path / "b")
+    first, second = (
+        server_config(postgres_url, tmp_path / "a"),
+        server_config(postgres_url, tmp_path / "b"),
+    )
     async with open_configured_store(first) as store:
         made = await bootstrap_organization(store, org_name="acme")
     _, host_token = create_host_token(first.data_dir / HOST_TOKENS_FILE)
