@@ -195,22 +195,11 @@ class Rig:
     # ---- HAProxy ------------------------------------------------------------------------------
 
     def haproxy(self, command: str) -> str:
-        with socket.socket(socket.AF_UNIX) as sock:
-            sock.settimeout(5)
-            sock.connect(str(self.admin))
-            sock.sendall(command.encode() + b"\n")
-            chunks = []
-            while chunk := sock.recv(65536):
-                chunks.append(chunk)
-        return b"".join(chunks).decode()
+        return haproxy_command(self.admin, command)
 
     def up_in_haproxy(self, server: str) -> bool:
         """Whether HAProxy sends traffic to *server* in every backend."""
-        states = self.haproxy("show servers state")
-        rows = [line.split() for line in states.splitlines() if f" {server} " in line]
-        # srv_op_state (the 6th column) 2 = running, srv_admin_state (7th) 0 = enabled
-        wanted = len(BACKENDS) + len(TRACKING)
-        return len(rows) == wanted and all(r[5] == "2" and r[6] == "0" for r in rows)
+        return haproxy_up(self.admin, server)
 
     @contextmanager
     def only(self, name: str) -> Iterator[None]:
@@ -266,7 +255,28 @@ def _lb_env(tmp: Path, replicas: dict[str, Replica]) -> dict[str, str]:
     return env
 
 
-async def _bootstrap(url: str) -> str:
+def haproxy_command(admin: Path, command: str) -> str:
+    """*command* on HAProxy's runtime API socket *admin*: its whole answer."""
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(5)
+        sock.connect(str(admin))
+        sock.sendall(command.encode() + b"\n")
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks).decode()
+
+
+def haproxy_up(admin: Path, server: str) -> bool:
+    """Whether HAProxy sends traffic to *server* in every backend of the reference config."""
+    states = haproxy_command(admin, "show servers state")
+    rows = [line.split() for line in states.splitlines() if f" {server} " in line]
+    # srv_op_state (the 6th column) 2 = running, srv_admin_state (7th) 0 = enabled
+    wanted = len(BACKENDS) + len(TRACKING)
+    return len(rows) == wanted and all(r[5] == "2" and r[6] == "0" for r in rows)
+
+
+async def bootstrap_key(url: str) -> str:
     async with open_store(url) as store:  # migrates the database too
         made = await bootstrap_organization(store, org_name="acme")
     return made.plaintext_key
@@ -309,7 +319,7 @@ def open_rig(
     the end (processes this rig started, by their handles)."""
     if HAPROXY is None:
         raise LookupError("haproxy missing (scripts/deps)")
-    key = trio.run(_bootstrap, database_url)
+    key = trio.run(bootstrap_key, database_url)
     lb_http = f"127.0.0.1:{free_port()}"
     common = clean_env(
         DEVYARD_DATABASE_URL=database_url,

@@ -17,7 +17,6 @@ from __future__ import annotations
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -35,17 +34,16 @@ import trio.testing
 from devyard.core.link import MOVE_OVERLAP
 from devyard.hostd.daemon import HostdConfig, serve_hostd
 from devyard.server.api.serve import BoundServer
-from devyard.server.bootstrap import bootstrap_organization
 from devyard.server.config import ConfigError, ListenAddress, ServerConfig, load_server_config
 from devyard.server.drain import Drain, ensure_replica_id
 from devyard.server.edge import HOST_TOKENS_FILE, create_host_token
 from devyard.server.serve import serve_server
-from devyard.server.store import open_store
 from devyard.server.store.pgcluster import TemporaryCluster
 from tests.polling import until
 from tests.ports import free_port
 
 from ._cli import clean_env
+from ._replica_rig import bootstrap_key, haproxy_command, haproxy_up
 
 ROOT = Path(__file__).resolve().parents[2]
 HAPROXY_CFG = ROOT / "deploy" / "haproxy" / "haproxy.cfg"
@@ -276,28 +274,12 @@ class Cluster:
     tmp: Path
 
     def haproxy(self, command: str) -> str:
-        with socket.socket(socket.AF_UNIX) as sock:
-            sock.settimeout(5)
-            sock.connect(str(self.admin))
-            sock.sendall(command.encode() + b"\n")
-            chunks = []
-            while chunk := sock.recv(65536):
-                chunks.append(chunk)
-        return b"".join(chunks).decode()
+        return haproxy_command(self.admin, command)
 
     def up_in_haproxy(self, server: str) -> bool:
         """Whether HAProxy sends traffic to *server* (r1, r2) in its three backends (API,
         API writes, raw links)."""
-        states = self.haproxy("show servers state")
-        rows = [line.split() for line in states.splitlines() if f" {server} " in line]
-        # srv_op_state (the 6th column) 2 = running, srv_admin_state (7th) 0 = enabled
-        return len(rows) == 3 and all(r[5] == "2" and r[6] == "0" for r in rows)
-
-
-async def _bootstrap(url: str) -> str:
-    async with open_store(url) as store:
-        made = await bootstrap_organization(store, org_name="acme")
-    return made.plaintext_key
+        return haproxy_up(self.admin, server)
 
 
 def _wait(condition: Any, seconds: float, what: str) -> None:
@@ -332,7 +314,7 @@ def cluster(
     )
     a = Replica("a", tmp / "a", lb_env["DEVYARD_R1_API"], lb_env["DEVYARD_R1_LINK"], common)
     b = Replica("b", tmp / "b", lb_env["DEVYARD_R2_API"], lb_env["DEVYARD_R2_LINK"], common)
-    key = trio.run(_bootstrap, common["DEVYARD_DATABASE_URL"])  # migrates the database too
+    key = trio.run(bootstrap_key, common["DEVYARD_DATABASE_URL"])  # migrates the database too
     haproxy = None
     try:
         b.data_dir.mkdir(mode=0o700)
