@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
@@ -30,6 +30,7 @@ __all__ = [
     "Row",
     "Tx",
     "as_datetime",
+    "in_list",
     "plain_params",
     "unique_conflict",
 ]
@@ -67,6 +68,15 @@ class Database(Protocol):
     async def write(self, fn: Callable[[Tx], T]) -> T: ...
 
     async def aclose(self) -> None: ...
+
+
+def in_list(prefix: str, values: Iterable[object], params: dict[str, object]) -> str:
+    """``:p0, :p1, ...`` for an ``IN (...)`` list of *values*, each put in *params*."""
+    names = []
+    for n, value in enumerate(values):
+        params[f"{prefix}{n}"] = value
+        names.append(f":{prefix}{n}")
+    return ", ".join(names)
 
 
 def plain_params(params: Params | None, *, datetime_as_text: bool) -> dict[str, object]:

@@ -23,7 +23,7 @@ from .base import (
     Platform,
     TerminationReason,
 )
-from .database import Database, Dialect, Row, Tx, as_datetime
+from .database import Database, Dialect, Row, Tx, as_datetime, in_list
 from .errors import Conflict, LimitReached, NotFound
 from .ids import new_ulid
 from .instance_runs import RunRows
@@ -89,14 +89,6 @@ def _get(tx: Tx, instance_id: str, org_id: str | None, *, lock: bool = False) ->
     if row is None:
         raise NotFound("instance", instance_id)
     return _instance(row)
-
-
-def _in(name: str, values: list[str], params: dict[str, object]) -> str:
-    names = []
-    for i, value in enumerate(values):
-        params[f"{name}{i}"] = value
-        names.append(f":{name}{i}")
-    return ", ".join(names)
 
 
 class SqlInstances:
@@ -209,7 +201,7 @@ class SqlInstances:
                 f" AND l.key = :lk{i} AND l.value = :lv{i})"
             )
         if states:
-            sql += f" AND state IN ({_in('st', sorted(states), params)})"
+            sql += f" AND state IN ({in_list('st', sorted(states), params)})"
         if starting_after is not None:
             sql += " AND id > :after"
             params["after"] = starting_after
@@ -230,10 +222,10 @@ class SqlInstances:
             "region": region,
             "labels_key": labels_key(labels),
         }
+        live = in_list("st", sorted(LIVE_STATES), params)
         sql = (
             _SELECT + " WHERE org_id = :org_id AND platform = :platform AND region = :region"
-            f" AND labels_key = :labels_key AND state IN ({_in('st', sorted(LIVE_STATES), params)})"
-            " ORDER BY id LIMIT 1"
+            f" AND labels_key = :labels_key AND state IN ({live}) ORDER BY id LIMIT 1"
         )
         row = await self._db.read(lambda tx: tx.fetchone(sql, params))
         if row is None:
@@ -242,7 +234,7 @@ class SqlInstances:
 
     async def list_live_instances(self, *, host_id: str | None = None) -> list[Instance]:
         params: dict[str, object] = {"host_id": host_id}
-        sql = _SELECT + f" WHERE state IN ({_in('st', sorted(LIVE_STATES), params)})"
+        sql = _SELECT + f" WHERE state IN ({in_list('st', sorted(LIVE_STATES), params)})"
         if host_id is not None:
             sql += " AND host_id = :host_id"
         found = await self._db.read(

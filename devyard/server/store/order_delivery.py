@@ -34,7 +34,7 @@ from typing import Any, Final
 
 import attrs
 
-from .database import Database, Tx
+from .database import Database, Tx, in_list
 
 __all__ = ["DELIVERY_STATEMENTS", "Addressed", "Delivery", "SqlOrderDelivery", "Stop", "Where"]
 
@@ -90,15 +90,6 @@ class Stop:
     host_id: str
 
 
-def _in(prefix: str, values: Sequence[str], params: dict[str, Any]) -> str:
-    """``:p0, :p1, ...`` for an IN list, the values put in *params*."""
-    names = []
-    for n, value in enumerate(values):
-        params[f"{prefix}{n}"] = value
-        names.append(f":{prefix}{n}")
-    return ", ".join(names)
-
-
 class SqlOrderDelivery:
     """The delivery columns of ``instance_orders`` (both dialects; the cluster uses them)."""
 
@@ -133,7 +124,7 @@ class SqlOrderDelivery:
         if not host_ids:
             return []
         params: dict[str, Any] = {"pending": Delivery.PENDING.value, "limit": limit}
-        hosts = _in("h", sorted(set(host_ids)), params)
+        hosts = in_list("h", sorted(set(host_ids)), params)
 
         def read(tx: Tx) -> list[Addressed]:
             rows = tx.fetchall(
@@ -216,7 +207,7 @@ class SqlOrderDelivery:
         if not instance_ids:
             return {}
         params: dict[str, Any] = {}
-        ids = _in("i", sorted(set(instance_ids)), params)
+        ids = in_list("i", sorted(set(instance_ids)), params)
 
         def read(tx: Tx) -> dict[str, Where]:
             rows = tx.fetchall(
@@ -256,7 +247,7 @@ class SqlOrderDelivery:
         if not host_ids:
             return []
         params: dict[str, Any] = {"limit": limit}
-        hosts = _in("h", sorted(set(host_ids)), params)
+        hosts = in_list("h", sorted(set(host_ids)), params)
 
         def read(tx: Tx) -> list[Stop]:
             rows = tx.fetchall(
