@@ -263,7 +263,8 @@ def tunnel(name: str = "corp", *, selectors: tuple[str, ...] = ("*.corp.test:443
     )
 
 
-async def _serve_hub_side(hub: ConnectorHub, record: Tunnel, transport: trio.abc.Stream) -> None:
+async def serve_hub_side(hub: ConnectorHub, record: Tunnel, transport: trio.abc.Stream) -> None:
+    """The hub's end of one connector's link over *transport*, until it ends."""
     try:
         async with open_session(transport, client=False) as session:
             control = ControlChannel(await session.accept_stream())
@@ -278,7 +279,7 @@ async def link_connector(hub: ConnectorHub, record: Tunnel) -> AsyncIterator[Fak
     """A connector of *record* linked to *hub* for the duration of the block."""
     connector_side, hub_side = trio.testing.memory_stream_pair()
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(_serve_hub_side, hub, record, hub_side)
+        nursery.start_soon(serve_hub_side, hub, record, hub_side)
         async with open_session(connector_side, client=True) as session:
             control = ControlChannel(await session.open_stream())
             await control.send(

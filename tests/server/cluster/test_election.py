@@ -24,7 +24,7 @@ from devyard.server.metrics import REGISTRY
 from devyard.server.store.base import Tunnel
 from devyard.server.store.sql_cluster import SqlCluster
 from tests.polling import eventually, until
-from tests.server.cluster.conftest import open_replica, tunnel
+from tests.server.cluster.conftest import open_replica, serve_hub_side, tunnel
 
 pytestmark = pytest.mark.postgres
 
@@ -68,16 +68,6 @@ class Conn:
         return self.role == "active" or any(m["type"] == "promote" for m in self.received)
 
 
-async def _serve_hub_side(hub: ConnectorHub, record: Tunnel, transport: trio.abc.Stream) -> None:
-    try:
-        async with open_session(transport, client=False) as session:
-            control = ControlChannel(await session.accept_stream())
-            first = await control.receive()
-            await hub.serve(record, session, control, first)
-    except (trio.BrokenResourceError, trio.ClosedResourceError, trio.EndOfChannel):
-        pass
-
-
 async def _connector(
     hub: ConnectorHub, record: Tunnel, conn: Conn, *, task_status: trio.TaskStatus[None]
 ) -> None:
@@ -86,7 +76,7 @@ async def _connector(
     connector_side, hub_side = trio.testing.memory_stream_pair()
     with conn.unlink:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(_serve_hub_side, hub, record, hub_side)
+            nursery.start_soon(serve_hub_side, hub, record, hub_side)
             async with open_session(connector_side, client=True) as session:
                 control = ControlChannel(await session.open_stream())
                 hello = {"type": "hello", "proto": PROTO, "id": conn.name, "replace": conn.replace}
