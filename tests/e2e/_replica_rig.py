@@ -33,6 +33,7 @@ from typing import Any
 import attrs
 import httpx
 import psycopg
+import pytest
 import trio
 
 from devyard.server.bootstrap import bootstrap_organization
@@ -237,9 +238,20 @@ class Rig:
         return {str(r[0]) for r in rows}
 
 
-def _lb_env(tmp: Path, replicas: dict[str, Replica]) -> dict[str, str]:
-    from .test_replicas_ops import _self_signed  # noqa: PLC0415 - one certificate helper
+def _self_signed(where: Path) -> Path:
+    """A certificate and key in one PEM, as HAProxy's ``crt`` takes them."""
+    trustme = pytest.importorskip("trustme")
+    ca = trustme.CA()
+    cert = ca.issue_cert("localhost", "127.0.0.1")
+    pem = where / "lb.pem"
+    pem.write_bytes(cert.private_key_and_cert_chain_pem.bytes())
+    return pem
 
+
+def lb_env(tmp: Path, **addresses: str) -> dict[str, str]:
+    """The environment deploy/haproxy/haproxy.cfg reads: free ports for its fronts and for
+    three replicas, *addresses* (``DEVYARD_R1_API=...``) overriding them. A replica nobody
+    runs stands down in HAProxy and is never chosen."""
     env = {
         "DEVYARD_LB_HTTP": f"127.0.0.1:{free_port()}",
         "DEVYARD_LB_HTTPS": f"127.0.0.1:{free_port()}",
@@ -248,10 +260,12 @@ def _lb_env(tmp: Path, replicas: dict[str, Replica]) -> dict[str, str]:
         "DEVYARD_LB_STATS": f"127.0.0.1:{free_port()}",
         "DEVYARD_LB_ADMIN": str(tmp / "haproxy.sock"),
     }
-    for n, replica in enumerate(replicas.values(), start=1):
-        env[f"DEVYARD_R{n}_API"] = replica.api
-        env[f"DEVYARD_R{n}_LINK"] = replica.link
-        env[f"DEVYARD_R{n}_API_PORT"] = replica.api.rsplit(":", 1)[1]
+    for n in (1, 2, 3):
+        env[f"DEVYARD_R{n}_API"] = f"127.0.0.1:{free_port()}"
+        env[f"DEVYARD_R{n}_LINK"] = f"127.0.0.1:{free_port()}"
+    env.update(addresses)
+    for n in (1, 2, 3):
+        env[f"DEVYARD_R{n}_API_PORT"] = env[f"DEVYARD_R{n}_API"].rsplit(":", 1)[1]
     return env
 
 
@@ -334,11 +348,16 @@ def open_rig(
         DEVYARD_PEERS_CLUSTER_SECRET=SECRET,
     )
     replicas = {name: _replica(name, tmp, common) for name in ("r1", "r2", "r3")}
-    lb_env = {**_lb_env(tmp, replicas), "DEVYARD_LB_HTTP": lb_http}
+    addresses: dict[str, str] = {}
+    for n, replica in enumerate(replicas.values(), start=1):
+        addresses |= {f"DEVYARD_R{n}_API": replica.api, f"DEVYARD_R{n}_LINK": replica.link}
+    haproxy_env = {**lb_env(tmp, **addresses), "DEVYARD_LB_HTTP": lb_http}
     lb = f"http://{lb_http}"
     made = [_admin_host_token(tmp / "admin", common) for _ in range(2)]
     haproxy = Proc(
-        [HAPROXY, "-db", "-f", str(HAPROXY_CFG)], {**clean_env(), **lb_env}, tmp / "haproxy.log"
+        [HAPROXY, "-db", "-f", str(HAPROXY_CFG)],
+        {**clean_env(), **haproxy_env},
+        tmp / "haproxy.log",
     )
     private = PrivateHTTP()
     threading.Thread(target=private.serve_forever, daemon=True).start()
@@ -354,7 +373,7 @@ def open_rig(
         print(f"rig: replicas ready at {time.monotonic() - t0:.1f} s")
         haproxy.start()
         started.append(haproxy)
-        admin = Path(lb_env["DEVYARD_LB_ADMIN"])
+        admin = Path(haproxy_env["DEVYARD_LB_ADMIN"])
         wait_for(admin.exists, 10, "haproxy's runtime API")
         with httpx.Client(
             base_url=lb, headers={"Authorization": f"Bearer {key}"}, timeout=30
@@ -365,7 +384,7 @@ def open_rig(
             assert tunnel.status_code == 200, tunnel.text
         (tmp / "tunnel-token").write_text(tunnel.json()["token"])
         rig = Rig(
-            tmp, database_url, key, lb, lb_env["DEVYARD_LB_LINKS"], admin, haproxy, replicas,
+            tmp, database_url, key, lb, haproxy_env["DEVYARD_LB_LINKS"], admin, haproxy, replicas,
             [], [], "office", tunnel.json()["id"], private,
         )  # fmt: skip
         wait_for(lambda: all(rig.up_in_haproxy(r) for r in replicas), 20, "haproxy's checks")

@@ -40,10 +40,9 @@ from devyard.server.edge import HOST_TOKENS_FILE, create_host_token
 from devyard.server.serve import serve_server
 from devyard.server.store.pgcluster import TemporaryCluster
 from tests.polling import until
-from tests.ports import free_port
 
 from ._cli import clean_env
-from ._replica_rig import bootstrap_key, haproxy_command, haproxy_up
+from ._replica_rig import bootstrap_key, haproxy_command, haproxy_up, lb_env
 
 ROOT = Path(__file__).resolve().parents[2]
 HAPROXY_CFG = ROOT / "deploy" / "haproxy" / "haproxy.cfg"
@@ -59,38 +58,10 @@ FIRST, SECOND = b"x" * 20_000, b"y" * 20_000
 needs_haproxy = pytest.mark.skipif(HAPROXY is None, reason="haproxy missing (scripts/deps)")
 
 
-def _self_signed(where: Path) -> Path:
-    """A certificate and key in one PEM, as HAProxy's ``crt`` takes them."""
-    trustme = pytest.importorskip("trustme")
-    ca = trustme.CA()
-    cert = ca.issue_cert("localhost", "127.0.0.1")
-    pem = where / "lb.pem"
-    pem.write_bytes(cert.private_key_and_cert_chain_pem.bytes())
-    return pem
-
-
-def _lb_env(tmp: Path, **addresses: str) -> dict[str, str]:
-    env = {
-        "DEVYARD_LB_HTTP": f"127.0.0.1:{free_port()}",
-        "DEVYARD_LB_HTTPS": f"127.0.0.1:{free_port()}",
-        "DEVYARD_LB_CERT": str(_self_signed(tmp)),
-        "DEVYARD_LB_LINKS": f"127.0.0.1:{free_port()}",
-        "DEVYARD_LB_STATS": f"127.0.0.1:{free_port()}",
-        "DEVYARD_LB_ADMIN": str(tmp / "haproxy.sock"),
-    }
-    for n in (1, 2, 3):  # a replica nobody runs stands for the third: down, never chosen
-        env[f"DEVYARD_R{n}_API"] = f"127.0.0.1:{free_port()}"
-        env[f"DEVYARD_R{n}_LINK"] = f"127.0.0.1:{free_port()}"
-    env.update(addresses)
-    for n in (1, 2, 3):
-        env[f"DEVYARD_R{n}_API_PORT"] = env[f"DEVYARD_R{n}_API"].rsplit(":", 1)[1]
-    return env
-
-
 @needs_haproxy
 def test_the_reference_haproxy_config_is_valid(tmp_path: Path) -> None:
     assert HAPROXY is not None
-    env = {**clean_env(), **_lb_env(tmp_path)}
+    env = {**clean_env(), **lb_env(tmp_path)}
     checked = subprocess.run(
         [HAPROXY, "-c", "-f", str(HAPROXY_CFG)], env=env, capture_output=True, check=False
     )
@@ -304,16 +275,20 @@ def cluster(
     if HAPROXY is None:
         pytest.skip("haproxy missing (scripts/deps)")
     tmp = tmp_path_factory.mktemp("replicas")
-    lb_env = _lb_env(tmp)
-    lb = f"http://{lb_env['DEVYARD_LB_HTTP']}"
+    haproxy_env = lb_env(tmp)
+    lb = f"http://{haproxy_env['DEVYARD_LB_HTTP']}"
     common = clean_env(
         DEVYARD_DATABASE_URL=postgres_cluster.create_schema(),
         DEVYARD_PUBLIC_URL=lb,
         DEVYARD_DRAIN_TIMEOUT=str(DRAIN_TIMEOUT),
         DEVYARD_SHUTDOWN_GRACE="2",
     )
-    a = Replica("a", tmp / "a", lb_env["DEVYARD_R1_API"], lb_env["DEVYARD_R1_LINK"], common)
-    b = Replica("b", tmp / "b", lb_env["DEVYARD_R2_API"], lb_env["DEVYARD_R2_LINK"], common)
+    a = Replica(
+        "a", tmp / "a", haproxy_env["DEVYARD_R1_API"], haproxy_env["DEVYARD_R1_LINK"], common
+    )
+    b = Replica(
+        "b", tmp / "b", haproxy_env["DEVYARD_R2_API"], haproxy_env["DEVYARD_R2_LINK"], common
+    )
     key = trio.run(bootstrap_key, common["DEVYARD_DATABASE_URL"])  # migrates the database too
     haproxy = None
     try:
@@ -324,13 +299,13 @@ def cluster(
         with (tmp / "haproxy.log").open("ab") as out:
             haproxy = subprocess.Popen(  # stopped below
                 [HAPROXY, "-db", "-f", str(HAPROXY_CFG)],
-                env={**clean_env(), **lb_env},
+                env={**clean_env(), **haproxy_env},
                 stdout=out,
                 stderr=out,
                 stdin=subprocess.DEVNULL,
             )
-        admin = Path(lb_env["DEVYARD_LB_ADMIN"])
-        result = Cluster(a, b, lb, lb_env["DEVYARD_LB_LINKS"], admin, key, tmp)
+        admin = Path(haproxy_env["DEVYARD_LB_ADMIN"])
+        result = Cluster(a, b, lb, haproxy_env["DEVYARD_LB_LINKS"], admin, key, tmp)
         _wait(admin.exists, 10, "haproxy's runtime API")
         _wait(lambda: result.up_in_haproxy("r1") and result.up_in_haproxy("r2"), 20, "checks")
         yield result
