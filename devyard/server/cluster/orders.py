@@ -215,8 +215,7 @@ class OrderDesk:
                 self._arrived = trio.Event()
                 linked = [h.id for h in self._edge.hosts()]
                 try:
-                    found = await self._rows.pending(linked, _BATCH)
-                    stops = await self._rows.stops(linked, _BATCH)
+                    found, stops = await self._rows.work(linked, _BATCH)
                 except StoreError as exc:
                     log.warning("cluster: reading pending orders failed: %s", exc)
                     continue

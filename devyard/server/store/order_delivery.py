@@ -119,23 +119,33 @@ class SqlOrderDelivery:
 
         return await self._db.write(address)
 
-    async def pending(self, host_ids: Sequence[str], limit: int) -> list[Addressed]:
-        """Pending orders for any of *host_ids*, oldest attempt first is not promised."""
+    async def work(self, host_ids: Sequence[str], limit: int) -> tuple[list[Addressed], list[Stop]]:
+        """The pending orders and the stops for any of *host_ids* (up to *limit* of each),
+        read in one transaction."""
         if not host_ids:
-            return []
+            return [], []
         params: dict[str, Any] = {"pending": Delivery.PENDING.value, "limit": limit}
         hosts = in_list("h", sorted(set(host_ids)), params)
 
-        def read(tx: Tx) -> list[Addressed]:
-            rows = tx.fetchall(
+        def read(tx: Tx) -> tuple[list[Addressed], list[Stop]]:
+            orders = tx.fetchall(
                 "SELECT instance_id, host_id, attempt, orderer FROM instance_orders"  # noqa: S608
                 f" WHERE delivery = :pending AND host_id IN ({hosts})"
                 " ORDER BY instance_id LIMIT :limit",
                 params,
             )
-            return [
-                Addressed(r["instance_id"], r["host_id"], r["attempt"], r["orderer"]) for r in rows
-            ]
+            stops = tx.fetchall(
+                "SELECT instance_id, host_id FROM instance_stops"  # noqa: S608
+                f" WHERE host_id IN ({hosts}) ORDER BY instance_id LIMIT :limit",
+                params,
+            )
+            return (
+                [
+                    Addressed(r["instance_id"], r["host_id"], r["attempt"], r["orderer"])
+                    for r in orders
+                ],
+                [Stop(r["instance_id"], r["host_id"]) for r in stops],
+            )
 
         return await self._db.read(read)
 
@@ -241,23 +251,6 @@ class SqlOrderDelivery:
             )
 
         await self._db.write(add)
-
-    async def stops(self, host_ids: Sequence[str], limit: int) -> list[Stop]:
-        """Stops waiting for any of *host_ids*."""
-        if not host_ids:
-            return []
-        params: dict[str, Any] = {"limit": limit}
-        hosts = in_list("h", sorted(set(host_ids)), params)
-
-        def read(tx: Tx) -> list[Stop]:
-            rows = tx.fetchall(
-                "SELECT instance_id, host_id FROM instance_stops"  # noqa: S608
-                f" WHERE host_id IN ({hosts}) ORDER BY instance_id LIMIT :limit",
-                params,
-            )
-            return [Stop(r["instance_id"], r["host_id"]) for r in rows]
-
-        return await self._db.read(read)
 
     async def take_stop(self, stop: Stop) -> bool:
         """Take *stop* to send it; False when another replica took it (or it changed)."""

@@ -152,7 +152,7 @@ async def test_a_withdrawn_order_is_never_sent_and_a_taken_one_is_never_withdraw
             with pytest.raises(HostUnavailableError, match="did not take the order within"):
                 await desk.order("ra", "host_nowhere", order)
             nursery.cancel_scope.cancel()
-        assert await rows.pending(["host_nowhere"], 10) == []  # withdrawn: nobody will send it
+        assert await rows.work(["host_nowhere"], 10) == ([], [])  # withdrawn: nobody sends it
         assert _orders("withdrawn") == withdrawn + 1
         # another attempt while one waits (an adopter's, a registration's asking again): for
         # the same host it carries the order on; for another host the waiting one failed
