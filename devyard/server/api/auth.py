@@ -41,7 +41,14 @@ from ..store.base import ApiKey, KeyContext, Organization, Role, ScopedToken, St
 from ._errors import Forbidden, Unauthorized
 from .scopes import Scope, Template, allows, parse_scope
 
-__all__ = ["Authenticator", "Principal", "authorize", "require_role", "role_at_least"]
+__all__ = [
+    "Authenticator",
+    "Principal",
+    "authorize",
+    "require_csrf",
+    "require_role",
+    "role_at_least",
+]
 
 _RANK: Final = {Role.VIEWER: 0, Role.MEMBER: 1, Role.ADMIN: 2}
 _MAX_TOUCHED: Final = 100_000
@@ -90,6 +97,16 @@ def require_role(principal: Principal, least: Role, what: str) -> None:
         raise Forbidden(
             f"{what} needs the {least} role; this key's user is {principal.role}",
             reason="insufficient_role",
+        )
+
+
+def require_csrf(principal: Principal, presented: str | None) -> None:
+    """A browser session changes something only with its CSRF token (*presented*, from
+    ``X-CSRF-Token``): a cross-site form post brings the cookie, never the token."""
+    if not sessions.csrf_matches(presented, principal.csrf_hash or ""):
+        raise Forbidden(
+            f"a session needs its CSRF token in {sessions.CSRF_HEADER} to change anything",
+            reason="csrf",
         )
 
 

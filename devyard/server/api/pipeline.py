@@ -26,8 +26,8 @@ from quart import g, request
 
 from .. import metrics
 from ..accounts import sessions
-from ._errors import BadRequest, Forbidden, InternalError, NotFound, RateLimited
-from .auth import Principal, authorize
+from ._errors import BadRequest, InternalError, NotFound, RateLimited
+from .auth import Principal, authorize, require_csrf
 from .context import RequestInput, state
 from .requestlog import mark_route
 
@@ -53,13 +53,8 @@ async def before_request() -> None:
     cookie = None if authorization else request.cookies.get(sessions.SESSION_COOKIE)
     if cookie and operation.auth == "required":
         caller = await api.authenticator.authenticate_session(cookie)
-        if not operation.safe and not sessions.csrf_matches(
-            request.headers.get(sessions.CSRF_HEADER), caller.csrf_hash or ""
-        ):
-            raise Forbidden(
-                f"a session needs its CSRF token in {sessions.CSRF_HEADER} to change anything",
-                reason="csrf",
-            )
+        if not operation.safe:
+            require_csrf(caller, request.headers.get(sessions.CSRF_HEADER))
     elif operation.auth == "required" or (operation.auth == "optional" and authorization):
         caller = await api.authenticator.authenticate(authorization)
 

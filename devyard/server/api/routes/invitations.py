@@ -39,7 +39,7 @@ from ...store import tokens
 from ...store.accounts import DomainStatus, Invitation
 from ...store.base import Role
 from .._errors import Conflict, Forbidden, NotFound, Unavailable
-from ..auth import Principal
+from ..auth import Principal, require_csrf
 from ..context import body, same_organization, state, str_param
 from ..views import api_key_view, base_url, timestamp
 from .audit import record
@@ -183,11 +183,7 @@ async def _session_caller() -> Principal | None:
     if not cookie or not presented:
         return None
     caller = await state().authenticator.authenticate_session(cookie)
-    if not sessions.csrf_matches(presented, caller.csrf_hash or ""):
-        raise Forbidden(
-            f"a session needs its CSRF token in {sessions.CSRF_HEADER} to change anything",
-            reason="csrf",
-        )
+    require_csrf(caller, presented)
     return caller
 
 
